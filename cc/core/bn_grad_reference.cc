@@ -1,0 +1,61 @@
+// The reference implementation: one channel at a time, every sum and coefficient in double,
+// written to be read rather than to be fast. The fast kernels are tested against it.
+#include <cmath>
+
+#include "cc/core/bn_grad.h"
+#include "cc/core/float16_convert.h"
+
+namespace fbn {
+
+template <typename T>
+void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
+  const Shape& s = params.shape;
+  const int64_t rest = s.rest();
+  // Offset of element (n, c, i) where i runs over the spatial positions.
+  auto offset = [&s](int64_t n, int64_t c, int64_t i) {
+    return s.channels_last ? (n * s.spatial + i) * s.channels + c
+                           : (n * s.channels + c) * s.spatial + i;
+  };
+
+  for (int64_t c = 0; c < s.channels; ++c) {
+    const double mean = t.mean[c];
+    double sum_dy = 0.0;
+    double sum_dy_xc = 0.0;
+    for (int64_t n = 0; n < s.batch; ++n) {
+      for (int64_t i = 0; i < s.spatial; ++i) {
+        const double dy = ToFloat(t.y_backprop[offset(n, c, i)]);
+        const double xc = ToFloat(t.x[offset(n, c, i)]) - mean;
+        sum_dy += dy;
+        sum_dy_xc += dy * xc;
+      }
+    }
+    const double inv_std =
+        1.0 / std::sqrt(static_cast<double>(t.variance[c]) + static_cast<double>(params.epsilon));
+    t.offset_backprop[c] = static_cast<float>(sum_dy);
+    t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
+    if (rest == 0) continue;
+
+    const double scale = t.scale[c];
+    const double dy_mean = sum_dy / static_cast<double>(rest);
+    const double dy_xc_mean = sum_dy_xc / static_cast<double>(rest);
+    for (int64_t n = 0; n < s.batch; ++n) {
+      for (int64_t i = 0; i < s.spatial; ++i) {
+        const int64_t k = offset(n, c, i);
+        const double dy = ToFloat(t.y_backprop[k]);
+        const double xc = ToFloat(t.x[k]) - mean;
+        // Training: the batch statistics depend on x, so dx has the two centring terms.
+        const double dx = params.is_training
+                              ? scale * inv_std *
+                                    (dy - dy_mean - xc * inv_std * inv_std * dy_xc_mean)
+                              : dy * scale * inv_std;
+        t.x_backprop[k] = FromFloat<T>(static_cast<float>(dx));
+      }
+    }
+  }
+}
+
+template void BatchNormGradReference<float>(const Params&, const Tensors<float>&);
+template void BatchNormGradReference<Half>(const Params&, const Tensors<Half>&);
+template void BatchNormGradReference<BFloat16>(const Params&, const Tensors<BFloat16>&);
+
+}  // namespace fbn

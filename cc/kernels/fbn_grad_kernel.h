@@ -1,0 +1,91 @@
+// The OpKernel shared by FbnFusedBatchNormGrad, V2 and V3 on every device: attrs, validation,
+// output allocation, then one call of a device functor. The kernel never touches tensor data
+// itself; the functor hands the buffers to the numeric core (cc/core/).
+#ifndef TF_FBN_OPS_CC_KERNELS_FBN_GRAD_KERNEL_H_
+#define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_KERNEL_H_
+
+#include "cc/core/bn_grad.h"
+#include "cc/kernels/fbn_grad_validation.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// The core's storage type for a TensorFlow element type (same size and bits).
+template <typename T>
+struct CoreType;
+template <>
+struct CoreType<float> {
+  using type = float;
+};
+template <>
+struct CoreType<Eigen::half> {
+  using type = fbn::Half;
+};
+template <>
+struct CoreType<Eigen::bfloat16> {
+  using type = fbn::BFloat16;
+};
+
+// Computes the three gradients on Device. Specialized per device (CPU: fbn_grad_kernel_cpu.cc).
+template <typename Device, typename T>
+struct BatchNormGradFunctor {
+  absl::Status operator()(OpKernelContext* ctx, const fbn::Params& params,
+                          const fbn::Tensors<typename CoreType<T>::type>& tensors);
+};
+
+template <typename Device, typename T>
+class FbnFusedBatchNormGradOp : public OpKernel {
+ public:
+  explicit FbnFusedBatchNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadGradAttrs(ctx, &attrs_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    using Core = typename CoreType<T>::type;
+    static_assert(sizeof(Core) == sizeof(T), "core storage type must match TensorFlow's");
+    const Tensor& y_backprop = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& scale = ctx->input(2);
+    const Tensor& reserve_space_1 = ctx->input(3);
+    const Tensor& reserve_space_2 = ctx->input(4);
+
+    fbn::Params params;
+    params.epsilon = attrs_.epsilon;
+    params.is_training = attrs_.is_training;
+    OP_REQUIRES_OK(ctx, ValidateGradInputs(y_backprop, x, scale, reserve_space_1,
+                                           reserve_space_2, attrs_, &params.shape));
+
+    // x_backprop always gets x's shape (TF returns a 4-D one for an empty 5-D x: a bug).
+    Tensor* x_backprop = nullptr;
+    Tensor* scale_backprop = nullptr;
+    Tensor* offset_backprop = nullptr;
+    Tensor* unused = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &x_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scale.shape(), &scale_backprop));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, scale.shape(), &offset_backprop));
+    // Outputs 3 and 4 exist for compatibility only; TF's stock kernel makes them empty [0].
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({0}), &unused));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({0}), &unused));
+
+    fbn::Tensors<Core> t;
+    t.y_backprop = reinterpret_cast<const Core*>(y_backprop.flat<T>().data());
+    t.x = reinterpret_cast<const Core*>(x.flat<T>().data());
+    t.scale = scale.flat<float>().data();
+    t.mean = reserve_space_1.flat<float>().data();
+    t.variance = reserve_space_2.flat<float>().data();
+    t.x_backprop = reinterpret_cast<Core*>(x_backprop->flat<T>().data());
+    t.scale_backprop = scale_backprop->flat<float>().data();
+    t.offset_backprop = offset_backprop->flat<float>().data();
+    OP_REQUIRES_OK(ctx, BatchNormGradFunctor<Device, T>()(ctx, params, t));
+  }
+
+ private:
+  GradAttrs attrs_;
+};
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow
+
+#endif  // TF_FBN_OPS_CC_KERNELS_FBN_GRAD_KERNEL_H_

@@ -1,0 +1,87 @@
+#include "cc/kernels/fbn_grad_validation.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "tensorflow/core/util/tensor_format.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+namespace {
+
+absl::Status InvalidArgument(absl::string_view a, absl::string_view b = "",
+                             absl::string_view c = "", absl::string_view d = "") {
+  return absl::InvalidArgumentError(absl::StrCat(a, b, c, d));
+}
+
+// "got A and B" checks of the per-channel inputs against the channel count of x.
+absl::Status CheckChannels(const char* name, const Tensor& t, int64_t channels) {
+  if (t.NumElements() == channels) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, " must have the same number of elements as the channels of x, got ", t.NumElements(),
+      " and ", channels));
+}
+
+}  // namespace
+
+absl::Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
+  TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &attrs->epsilon));
+  std::string data_format;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &data_format));
+  TensorFormat format;
+  // FormatFromString maps NDHWC to NHWC and NCDHW to NCHW; rank decides 4-D vs 5-D later.
+  if (!FormatFromString(data_format, &format) ||
+      (format != FORMAT_NHWC && format != FORMAT_NCHW)) {
+    return InvalidArgument("Invalid data format");
+  }
+  attrs->channels_last = format == FORMAT_NHWC;
+  return ctx->GetAttr("is_training", &attrs->is_training);
+}
+
+absl::Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
+                                const Tensor& reserve_space_1, const Tensor& reserve_space_2,
+                                const GradAttrs& attrs, fbn::Shape* shape) {
+  for (const Tensor* t : {&y_backprop, &x}) {
+    if (t->dims() != 4 && t->dims() != 5) {
+      return InvalidArgument("input must be 4 or 5-dimensional", t->shape().DebugString());
+    }
+  }
+  if (scale.dims() != 1) {
+    return InvalidArgument("scale must be 1-dimensional", scale.shape().DebugString());
+  }
+  if (reserve_space_1.dims() != 1) {
+    return InvalidArgument("saved mean must be 1-dimensional",
+                           reserve_space_1.shape().DebugString());
+  }
+  if (reserve_space_2.dims() != 1) {
+    return InvalidArgument("saved variance must be 1-dimensional",
+                           reserve_space_2.shape().DebugString());
+  }
+  if (x.shape() != y_backprop.shape()) {
+    return InvalidArgument("x and y_backprop must have same shape, but x has shape ",
+                           x.shape().DebugString(), " and y_backprop has shape ",
+                           y_backprop.shape().DebugString());
+  }
+
+  // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.
+  const int channel_dim = attrs.channels_last ? x.dims() - 1 : 1;
+  shape->channels_last = attrs.channels_last;
+  shape->batch = x.dim_size(0);
+  shape->channels = x.dim_size(channel_dim);
+  // An empty x may have dims whose product overflows int64 (TensorShape allows [0, 2^62, 2^62, 1]);
+  // the core only needs spatial when there is data, so leave it 0 then.
+  shape->spatial = 0;
+  if (x.NumElements() > 0) {
+    shape->spatial = 1;
+    for (int d = 1; d < x.dims(); ++d) {
+      if (d != channel_dim) shape->spatial *= x.dim_size(d);
+    }
+  }
+
+  TF_RETURN_IF_ERROR(CheckChannels("scale", scale, shape->channels));
+  TF_RETURN_IF_ERROR(CheckChannels("reserve_space_1", reserve_space_1, shape->channels));
+  return CheckChannels("reserve_space_2", reserve_space_2, shape->channels);
+}
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow

@@ -1,0 +1,34 @@
+// Attribute parsing and input validation shared by every FbnFusedBatchNormGrad* kernel, on
+// every device. Checks run in TensorFlow's order with TensorFlow's text, before any tensor
+// data is touched, so the numeric core may assume valid input.
+#ifndef TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
+#define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
+
+#include "absl/status/status.h"
+#include "cc/core/bn_grad.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// The attrs all three ops share.
+struct GradAttrs {
+  float epsilon = 1e-4f;
+  bool channels_last = true;  // NHWC / NDHWC, else NCHW / NCDHW
+  bool is_training = true;
+};
+
+absl::Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
+
+// Validates the five inputs TensorFlow validates (reserve_space_3 of V3 is never examined, as in
+// TensorFlow) and, on success, describes x for the core. The layout is keyed on x's rank, not on
+// the data_format string: a 5-D x is NDHWC/NCDHW whatever 4-D name the format has, as in TF.
+absl::Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
+                                const Tensor& reserve_space_1, const Tensor& reserve_space_2,
+                                const GradAttrs& attrs, fbn::Shape* shape);
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow
+
+#endif  // TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_

@@ -1,0 +1,98 @@
+"""The three gradient ops, with the signatures of ``tf.raw_ops.FusedBatchNormGrad*``.
+
+Each function returns the op's namedtuple of outputs (``x_backprop``, ``scale_backprop``,
+``offset_backprop`` and two unused placeholders of shape ``[0]``) and works in eager mode, inside
+``tf.function`` and in ``tf.compat.v1`` graphs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from tf_fbn_ops._loader import load_library
+
+TensorLike = Any  # a tf.Tensor, or anything tf.convert_to_tensor accepts
+
+
+def fused_batch_norm_grad(
+    y_backprop: TensorLike,
+    x: TensorLike,
+    scale: TensorLike,
+    reserve_space_1: TensorLike,
+    reserve_space_2: TensorLike,
+    epsilon: float = 0.0001,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """Gradient of batch normalization, as ``tf.raw_ops.FusedBatchNormGrad`` (float32 only).
+
+    Args:
+      y_backprop: 4-D gradient of the batch-norm output.
+      x: 4-D input of the forward pass, same shape as ``y_backprop``.
+      scale: 1-D ``[C]`` scale (gamma).
+      reserve_space_1: 1-D ``[C]`` mean: the batch mean in training, the population mean in
+        inference.
+      reserve_space_2: 1-D ``[C]`` variance (batch or population), as the CPU forward saves it.
+      epsilon: added to the variance.
+      data_format: ``"NHWC"`` or ``"NCHW"``.
+      is_training: True for the training gradient (batch statistics depend on x), False for
+        the inference gradient (statistics are constants). Unlike TensorFlow's CPU kernel,
+        NCHW works in inference mode too.
+      name: optional op name.
+
+    Returns:
+      ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
+    """
+    return load_library().fbn_fused_batch_norm_grad(
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+        is_training=is_training, name=name)
+
+
+def fused_batch_norm_grad_v2(
+    y_backprop: TensorLike,
+    x: TensorLike,
+    scale: TensorLike,
+    reserve_space_1: TensorLike,
+    reserve_space_2: TensorLike,
+    epsilon: float = 0.0001,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """As ``tf.raw_ops.FusedBatchNormGradV2``: like V1, but x and y_backprop may be float16,
+    bfloat16 or float32 while ``scale``, the reserve spaces and the scale/offset gradients stay
+    float32. ``x_backprop`` has x's dtype, rounded once to nearest-even from float32 arithmetic.
+
+    Returns:
+      ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
+    """
+    return load_library().fbn_fused_batch_norm_grad_v2(
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+        is_training=is_training, name=name)
+
+
+def fused_batch_norm_grad_v3(
+    y_backprop: TensorLike,
+    x: TensorLike,
+    scale: TensorLike,
+    reserve_space_1: TensorLike,
+    reserve_space_2: TensorLike,
+    reserve_space_3: TensorLike,
+    epsilon: float = 0.0001,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """As ``tf.raw_ops.FusedBatchNormGradV3``: V2 plus 5-D inputs (``"NDHWC"``, ``"NCDHW"``)
+    and a ``reserve_space_3`` input that is accepted and ignored on CPU, as in TensorFlow.
+
+    Returns:
+      ``(x_backprop, scale_backprop, offset_backprop, reserve_space_4, reserve_space_5)``.
+    """
+    return load_library().fbn_fused_batch_norm_grad_v3(
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
+        data_format=data_format, is_training=is_training, name=name)
