@@ -25,15 +25,16 @@ constexpr int64_t kUnitElements = int64_t{1} << 15;
 constexpr int64_t kMaxBlocks = 64;
 // Calls this small run on the calling thread: a pool dispatch would cost more than the work.
 constexpr int64_t kInlineElements = int64_t{1} << 15;
-// Float partial sums take at most this many terms before they are flushed into double
-// accumulators, which keeps every reduction accurate to about one float rounding for any R.
-constexpr int64_t kFlushTerms = 64;
 // Independent float accumulators along a contiguous run (a multiple of any SIMD width).
 constexpr int kLanes = 16;
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Every term is formed in double: a float is exact there, so x - mean and dy * (x - mean) carry
+// no rounding error of their own.
+inline double Wide(float v) { return static_cast<double>(v); }
 
 // Two layouts are the same memory: channels-last with C == 1 is one long channels-first run,
 // and channels-first with S == 1 is a channels-last matrix. Take the one that vectorizes.
@@ -79,70 +80,61 @@ void ForEachRun(const Shape& s, int64_t c, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
-// Σ dy and Σ dy·(x − mean) over `rows` rows of a channels-last block, into sum_dy[C] and
+// Σ dy and Σ dy·(x − mean) over `rows` rows of a channels-last block, added to sum_dy[C] and
 // sum_dy_xc[C]. With kInference it also writes dx = dy · k[c] in the same sweep.
-// float_dy / float_dy_xc are per-unit scratch of C floats each.
+//
+// Each term is formed and summed in double: a float is exact in double, so x − mean and
+// dy·(x − mean) carry no rounding and the sums are as good as the inputs allow. That is what
+// makes the scale and offset gradients at least as accurate as TensorFlow's on every input,
+// not just on average. The sweep stays memory-bound.
 template <typename T, bool kInference>
-void SumRows(const T* dy, const T* x, T* dx, const float* mean, const float* k, int64_t channels,
-             int64_t rows, float* float_dy, float* float_dy_xc, double* sum_dy,
-             double* sum_dy_xc) {
-  std::fill(sum_dy, sum_dy + channels, 0.0);
-  std::fill(sum_dy_xc, sum_dy_xc + channels, 0.0);
-  for (int64_t r0 = 0; r0 < rows; r0 += kFlushTerms) {
-    const int64_t r1 = std::min(rows, r0 + kFlushTerms);
-    std::fill(float_dy, float_dy + channels, 0.0f);
-    std::fill(float_dy_xc, float_dy_xc + channels, 0.0f);
-    for (int64_t r = r0; r < r1; ++r) {
-      const int64_t row = r * channels;
-      for (int64_t c = 0; c < channels; ++c) {
-        const float d = ToFloat(dy[row + c]);
-        float_dy[c] += d;
-        float_dy_xc[c] += d * (ToFloat(x[row + c]) - mean[c]);
-        if (kInference) dx[row + c] = FromFloat<T>(d * k[c]);
-      }
-    }
+void SumRows(const T* dy, const T* x, T* dx, const float* mean, const double* k, int64_t channels,
+             int64_t rows, double* sum_dy, double* sum_dy_xc) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = r * channels;
     for (int64_t c = 0; c < channels; ++c) {
-      sum_dy[c] += float_dy[c];
-      sum_dy_xc[c] += float_dy_xc[c];
+      const double d = Wide(ToFloat(dy[row + c]));
+      sum_dy[c] += d;
+      sum_dy_xc[c] += d * (Wide(ToFloat(x[row + c])) - Wide(mean[c]));
+      if (kInference) dx[row + c] = FromFloat<T>(static_cast<float>(d * k[c]));
     }
   }
 }
 
-// The same over one contiguous run of a single channel (channels first), using kLanes
-// independent float accumulators so the loop vectorizes along the run.
+// The same over one contiguous run of a single channel (channels first), with kLanes
+// independent accumulators so the loop vectorizes along the run.
 template <typename T, bool kInference>
-void SumRun(const T* dy, const T* x, T* dx, float mean, float k, int64_t length, double* sum_dy,
-            double* sum_dy_xc) {
+void SumRun(const T* dy, const T* x, T* dx, double mean, double k, int64_t length,
+            double* sum_dy, double* sum_dy_xc) {
+  double lane_dy[kLanes] = {};
+  double lane_dy_xc[kLanes] = {};
   int64_t i = 0;
-  while (i < length) {
-    const int64_t chunk_end = std::min(length, i + kLanes * kFlushTerms);
-    float lane_dy[kLanes] = {};
-    float lane_dy_xc[kLanes] = {};
-    for (; i + kLanes <= chunk_end; i += kLanes) {
-      for (int j = 0; j < kLanes; ++j) {
-        const float d = ToFloat(dy[i + j]);
-        lane_dy[j] += d;
-        lane_dy_xc[j] += d * (ToFloat(x[i + j]) - mean);
-        if (kInference) dx[i + j] = FromFloat<T>(d * k);
-      }
-    }
-    for (int j = 0; i < chunk_end; ++i, ++j) {  // tail shorter than kLanes
-      const float d = ToFloat(dy[i]);
-      lane_dy[j] += d;
-      lane_dy_xc[j] += d * (ToFloat(x[i]) - mean);
-      if (kInference) dx[i] = FromFloat<T>(d * k);
-    }
+  for (; i + kLanes <= length; i += kLanes) {
     for (int j = 0; j < kLanes; ++j) {
-      *sum_dy += lane_dy[j];
-      *sum_dy_xc += lane_dy_xc[j];
+      const double d = Wide(ToFloat(dy[i + j]));
+      lane_dy[j] += d;
+      lane_dy_xc[j] += d * (Wide(ToFloat(x[i + j])) - mean);
+      if (kInference) dx[i + j] = FromFloat<T>(static_cast<float>(d * k));
     }
+  }
+  for (int j = 0; i < length; ++i, ++j) {  // tail shorter than kLanes
+    const double d = Wide(ToFloat(dy[i]));
+    lane_dy[j] += d;
+    lane_dy_xc[j] += d * (Wide(ToFloat(x[i])) - mean);
+    if (kInference) dx[i] = FromFloat<T>(static_cast<float>(d * k));
+  }
+  for (int j = 0; j < kLanes; ++j) {
+    *sum_dy += lane_dy[j];
+    *sum_dy_xc += lane_dy_xc[j];
   }
 }
 
 // Per-channel coefficients of the training dx: dx = c1 · (dy − dy_mean) − c2 · (x − mean).
-// Centring dy and x before scaling keeps dx accurate when x has a large mean.
+// Like the sums, dx is evaluated in double and rounded once to T, so every element is within
+// half a unit of T (plus ~1e-16 relative) of the exact result, for any input: accuracy that
+// does not depend on cancellation luck.
 struct TrainingCoefficients {
-  std::vector<float> c1, dy_mean, c2;
+  std::vector<double> c1, dy_mean, c2;
   explicit TrainingCoefficients(int64_t channels)
       : c1(channels), dy_mean(channels), c2(channels) {}
 };
@@ -150,23 +142,25 @@ struct TrainingCoefficients {
 template <typename T>
 void TrainingDxRows(const T* dy, const T* x, T* dx, const float* mean,
                     const TrainingCoefficients& k, int64_t channels, int64_t rows) {
-  const float* c1 = k.c1.data();
-  const float* dy_mean = k.dy_mean.data();
-  const float* c2 = k.c2.data();
+  const double* c1 = k.c1.data();
+  const double* dy_mean = k.dy_mean.data();
+  const double* c2 = k.c2.data();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = r * channels;
     for (int64_t c = 0; c < channels; ++c) {
-      dx[row + c] = FromFloat<T>(c1[c] * (ToFloat(dy[row + c]) - dy_mean[c]) -
-                                 c2[c] * (ToFloat(x[row + c]) - mean[c]));
+      const double v = c1[c] * (Wide(ToFloat(dy[row + c])) - dy_mean[c]) -
+                       c2[c] * (Wide(ToFloat(x[row + c])) - Wide(mean[c]));
+      dx[row + c] = FromFloat<T>(static_cast<float>(v));
     }
   }
 }
 
 template <typename T>
-void TrainingDxRun(const T* dy, const T* x, T* dx, float mean, float c1, float dy_mean, float c2,
-                   int64_t length) {
+void TrainingDxRun(const T* dy, const T* x, T* dx, double mean, double c1, double dy_mean,
+                   double c2, int64_t length) {
   for (int64_t i = 0; i < length; ++i) {
-    dx[i] = FromFloat<T>(c1 * (ToFloat(dy[i]) - dy_mean) - c2 * (ToFloat(x[i]) - mean));
+    const double v = c1 * (Wide(ToFloat(dy[i])) - dy_mean) - c2 * (Wide(ToFloat(x[i])) - mean);
+    dx[i] = FromFloat<T>(static_cast<float>(v));
   }
 }
 
@@ -205,32 +199,29 @@ void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelF
                                  static_cast<double>(params.epsilon));
   }
   // Inference: dx = dy · k with k = scale / sqrt(var + eps), known before any sum.
-  std::vector<float> k(params.is_training ? 0 : channels);
+  std::vector<double> k(params.is_training ? 0 : channels);
   for (int64_t c = 0; c < static_cast<int64_t>(k.size()); ++c) {
-    k[c] = static_cast<float>(t.scale[c] * inv_std[c]);
+    k[c] = t.scale[c] * inv_std[c];
   }
 
   // Sweep 1: partial sums per (block, channel): partial[(b * 2 + 0) * C + c] = Σ dy,
   // partial[(b * 2 + 1) * C + c] = Σ dy·(x − mean).
-  std::vector<double> partial(plan.blocks * 2 * channels);
-  std::vector<float> flush(s.channels_last ? plan.blocks * 2 * channels : 0);
+  std::vector<double> partial(plan.blocks * 2 * channels, 0.0);
   RunUnits(plan, parallel_for, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       if (s.channels_last) {
         const int64_t offset = plan.block_begin(u) * channels;
         const int64_t rows = plan.block_end(u) - plan.block_begin(u);
         double* sums = &partial[u * 2 * channels];
-        float* scratch = &flush[u * 2 * channels];
         auto sum = params.is_training ? SumRows<T, false> : SumRows<T, true>;
         sum(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, t.mean, k.data(),
-            channels, rows, scratch, scratch + channels, sums, sums + channels);
+            channels, rows, sums, sums + channels);
       } else {
         const int64_t c = u / plan.blocks;
         const int64_t b = u % plan.blocks;
         double* sum_dy = &partial[b * 2 * channels + c];
         double* sum_dy_xc = sum_dy + channels;
-        *sum_dy = *sum_dy_xc = 0.0;
-        const float kc = params.is_training ? 0.0f : k[c];
+        const double kc = params.is_training ? 0.0 : k[c];
         auto sum = params.is_training ? SumRun<T, false> : SumRun<T, true>;
         ForEachRun(s, c, plan.block_begin(b), plan.block_end(b),
                    [&](int64_t offset, int64_t length) {
@@ -254,9 +245,9 @@ void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelF
     t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std[c]);
     if (params.is_training) {
       const double c1 = t.scale[c] * inv_std[c];
-      coef.c1[c] = static_cast<float>(c1);
-      coef.dy_mean[c] = static_cast<float>(sum_dy / rest);
-      coef.c2[c] = static_cast<float>(c1 * inv_std[c] * inv_std[c] * (sum_dy_xc / rest));
+      coef.c1[c] = c1;
+      coef.dy_mean[c] = sum_dy / rest;
+      coef.c2[c] = c1 * inv_std[c] * inv_std[c] * (sum_dy_xc / rest);
     }
   }
   if (!params.is_training) return;

@@ -1,0 +1,51 @@
+"""A float64 NumPy oracle for the three gradients, for parity checks and the demo.
+
+It computes the exact math of TensorFlow's ops from the given inputs (mean and variance are
+used as given, never recomputed), with every sum and product in float64, so it stands for
+the true result against which both TensorFlow and tf-fbn-ops are measured.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def channel_axis(rank: int, data_format: str) -> int:
+    """Axis of the channels, keyed like TensorFlow on the data format's channel position."""
+    return rank - 1 if data_format in ("NHWC", "NDHWC") else 1
+
+
+def batch_norm_grad(
+    y_backprop: np.ndarray,
+    x: np.ndarray,
+    scale: np.ndarray,
+    mean: np.ndarray,
+    variance: np.ndarray,
+    epsilon: float,
+    data_format: str,
+    is_training: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Returns ``(x_backprop, scale_backprop, offset_backprop)`` in float64.
+
+    ``epsilon`` is rounded to float32 first, as the op's attr is a float32.
+    """
+    axis = channel_axis(np.ndim(x), data_format)
+    dy = np.moveaxis(np.asarray(y_backprop, np.float64), axis, -1)
+    xs = np.moveaxis(np.asarray(x, np.float64), axis, -1)
+    channels = xs.shape[-1]
+    rest = int(np.prod(xs.shape[:-1]))
+    dy2 = dy.reshape(rest, channels)
+    xc = xs.reshape(rest, channels) - np.asarray(mean, np.float64)
+    inv_std = 1.0 / np.sqrt(np.asarray(variance, np.float64) + float(np.float32(epsilon)))
+    scale64 = np.asarray(scale, np.float64)
+
+    offset_backprop = dy2.sum(axis=0)
+    sum_dy_xc = (dy2 * xc).sum(axis=0)
+    scale_backprop = sum_dy_xc * inv_std
+    if is_training and rest > 0:
+        dx = scale64 * inv_std * (dy2 - offset_backprop / rest
+                                  - xc * inv_std**2 * (sum_dy_xc / rest))
+    else:
+        dx = dy2 * (scale64 * inv_std)
+    x_backprop = np.moveaxis(dx.reshape(dy.shape), -1, axis)
+    return x_backprop, scale_backprop, offset_backprop
