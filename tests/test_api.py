@@ -1,0 +1,116 @@
+"""The public Python API: signatures, outputs, loading, and the three execution modes."""
+
+import inspect
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_fbn_ops
+
+PAIRS = [(tf_fbn_ops.fused_batch_norm_grad, tf.raw_ops.FusedBatchNormGrad),
+         (tf_fbn_ops.fused_batch_norm_grad_v2, tf.raw_ops.FusedBatchNormGradV2),
+         (tf_fbn_ops.fused_batch_norm_grad_v3, tf.raw_ops.FusedBatchNormGradV3)]
+IDS = ["v1", "v2", "v3"]
+
+
+def _inputs(v3: bool) -> dict:
+    rng = np.random.default_rng(5)
+    kwargs = {"y_backprop": tf.constant(rng.standard_normal((2, 4, 5, 3)), tf.float32),
+              "x": tf.constant(rng.standard_normal((2, 4, 5, 3)), tf.float32),
+              "scale": tf.constant([1.0, 2.0, 0.5]), "reserve_space_1": tf.zeros([3]),
+              "reserve_space_2": tf.ones([3])}
+    if v3:
+        kwargs["reserve_space_3"] = tf.zeros([0])
+    return kwargs
+
+
+@pytest.mark.parametrize("shim,builtin", PAIRS, ids=IDS)
+def test_signature_matches_raw_ops(shim, builtin) -> None:
+    ours = inspect.signature(shim)
+    theirs = inspect.signature(builtin)
+    assert list(ours.parameters) == list(theirs.parameters)
+    for name, p in theirs.parameters.items():
+        assert ours.parameters[name].default == p.default, name
+    assert shim.__doc__
+
+
+@pytest.mark.parametrize("shim,builtin", PAIRS, ids=IDS)
+def test_outputs_are_namedtuples_with_tensorflow_field_names(shim, builtin) -> None:
+    kwargs = _inputs(shim is tf_fbn_ops.fused_batch_norm_grad_v3)
+    ours, theirs = shim(**kwargs), builtin(**kwargs)
+    assert ours._fields == theirs._fields
+    assert ours.x_backprop.shape == theirs.x_backprop.shape
+
+
+def test_tf_function_and_load_op_library() -> None:
+    """The README example: the library loaded by path, the op run inside a tf.function."""
+    module = tf.load_op_library(tf_fbn_ops.library_path())
+    kwargs = _inputs(True)
+
+    @tf.function
+    def grads(**kw):
+        return module.fbn_fused_batch_norm_grad_v3(**kw, epsilon=1e-3, is_training=True)
+
+    got = grads(**kwargs)
+    expected = tf.raw_ops.FusedBatchNormGradV3(**kwargs, epsilon=1e-3, is_training=True)
+    for g, e in zip(got[:3], expected[:3]):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+    graph = grads.get_concrete_function(**kwargs).graph
+    assert "FbnFusedBatchNormGradV3" in [op.type for op in graph.get_operations()]
+
+
+def test_tf1_graph_and_session() -> None:
+    graph = tf.Graph()
+    with graph.as_default():
+        names = ["y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"]
+        placeholders = {n: tf.compat.v1.placeholder(tf.float32, None if i < 2 else [None])
+                        for i, n in enumerate(names)}
+        out = tf_fbn_ops.fused_batch_norm_grad(**placeholders, data_format="NCHW")
+        assert out.x_backprop.shape.rank == 4 and out.reserve_space_3.shape.as_list() == [0]
+    kwargs = _inputs(False)
+    nchw = {k: tf.transpose(v, [0, 3, 1, 2]).numpy() if k in ("y_backprop", "x") else v.numpy()
+            for k, v in kwargs.items()}
+    with tf.compat.v1.Session(graph=graph) as session:
+        got = session.run(out, {placeholders[k]: v for k, v in nchw.items()})
+    expected = tf.raw_ops.FusedBatchNormGrad(**{k: tf.constant(v) for k, v in nchw.items()},
+                                             data_format="NCHW")
+    for g, e in zip(got[:3], expected[:3]):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+def _run_python(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=env, timeout=300)
+
+
+def test_import_is_lazy() -> None:
+    result = _run_python("""
+        import tf_fbn_ops, tf_fbn_ops._loader as loader
+        assert loader._module is None, "library loaded at import"
+        tf_fbn_ops.load_library()
+        assert loader._module is not None
+        print("lazy ok")
+    """)
+    assert "lazy ok" in result.stdout, result.stderr
+
+
+def test_version_mismatch_names_both_versions() -> None:
+    result = _run_python("""
+        import tensorflow as tf
+        import tf_fbn_ops._build_info as info
+        info.TF_VERSION = "2.12.0"
+        import tf_fbn_ops
+        try:
+            tf_fbn_ops.fused_batch_norm_grad(*[tf.zeros([1, 1, 1, 1])] * 2, *[tf.ones([1])] * 3)
+        except tf_fbn_ops.LibraryVersionError as e:
+            print("ERROR:", e)
+    """)
+    assert "ERROR:" in result.stdout, result.stderr
+    message = result.stdout
+    assert "2.12.0" in message and tf.__version__ in message and "Rebuild" in message
