@@ -96,7 +96,7 @@ void SumRows(const T* dy, const T* x, T* dx, const float* mean, const double* k,
       const double d = Wide(ToFloat(dy[row + c]));
       sum_dy[c] += d;
       sum_dy_xc[c] += d * (Wide(ToFloat(x[row + c])) - Wide(mean[c]));
-      if (kInference) dx[row + c] = FromFloat<T>(static_cast<float>(d * k[c]));
+      if (kInference) dx[row + c] = FromDouble<T>(d * k[c]);
     }
   }
 }
@@ -114,14 +114,14 @@ void SumRun(const T* dy, const T* x, T* dx, double mean, double k, int64_t lengt
       const double d = Wide(ToFloat(dy[i + j]));
       lane_dy[j] += d;
       lane_dy_xc[j] += d * (Wide(ToFloat(x[i + j])) - mean);
-      if (kInference) dx[i + j] = FromFloat<T>(static_cast<float>(d * k));
+      if (kInference) dx[i + j] = FromDouble<T>(d * k);
     }
   }
   for (int j = 0; i < length; ++i, ++j) {  // tail shorter than kLanes
     const double d = Wide(ToFloat(dy[i]));
     lane_dy[j] += d;
     lane_dy_xc[j] += d * (Wide(ToFloat(x[i])) - mean);
-    if (kInference) dx[i] = FromFloat<T>(static_cast<float>(d * k));
+    if (kInference) dx[i] = FromDouble<T>(d * k);
   }
   for (int j = 0; j < kLanes; ++j) {
     *sum_dy += lane_dy[j];
@@ -150,7 +150,7 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, const float* mean,
     for (int64_t c = 0; c < channels; ++c) {
       const double v = c1[c] * (Wide(ToFloat(dy[row + c])) - dy_mean[c]) -
                        c2[c] * (Wide(ToFloat(x[row + c])) - Wide(mean[c]));
-      dx[row + c] = FromFloat<T>(static_cast<float>(v));
+      dx[row + c] = FromDouble<T>(v);
     }
   }
 }
@@ -160,7 +160,7 @@ void TrainingDxRun(const T* dy, const T* x, T* dx, double mean, double c1, doubl
                    double c2, int64_t length) {
   for (int64_t i = 0; i < length; ++i) {
     const double v = c1 * (Wide(ToFloat(dy[i])) - dy_mean) - c2 * (Wide(ToFloat(x[i])) - mean);
-    dx[i] = FromFloat<T>(static_cast<float>(v));
+    dx[i] = FromDouble<T>(v);
   }
 }
 

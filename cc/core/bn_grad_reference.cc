@@ -48,7 +48,7 @@ void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
                               ? scale * inv_std *
                                     (dy - dy_mean - xc * inv_std * inv_std * dy_xc_mean)
                               : dy * scale * inv_std;
-        t.x_backprop[k] = FromFloat<T>(static_cast<float>(dx));
+        t.x_backprop[k] = FromDouble<T>(dx);
       }
     }
   }

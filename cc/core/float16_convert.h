@@ -6,6 +6,7 @@
 #ifndef TF_FBN_OPS_CC_CORE_FLOAT16_CONVERT_H_
 #define TF_FBN_OPS_CC_CORE_FLOAT16_CONVERT_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -70,8 +71,21 @@ inline uint16_t FloatToBFloat16Bits(float f) {
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// Uniform load/store used by the kernels: every T is widened to float on load and rounded
-// back once on store.
+// double -> float rounding to odd: the result is exact, or the neighbour of d whose last bit is
+// odd. Rounding that float again to a type with at least two fewer bits (half: 11, bfloat16: 8,
+// float: 24) gives exactly the round-to-nearest-even of d itself: a single rounding.
+inline float DoubleToFloatRoundToOdd(double d) {
+  const float f = static_cast<float>(d);  // nearest-even
+  uint32_t u = BitsOf(f);
+  if (static_cast<double>(f) == d || d != d || (u & 1u)) return f;
+  // f is even and inexact: take its other neighbour of d (sign-magnitude, so +-1 on the bits
+  // moves the magnitude).
+  u = std::fabs(static_cast<double>(f)) > std::fabs(d) ? u - 1u : u + 1u;
+  return FloatOf(u);
+}
+
+// Uniform load/store used by the kernels: every T is widened on load, and results are rounded
+// to T once on store (FromDouble), round-to-nearest-even.
 inline float ToFloat(float v) { return v; }
 inline float ToFloat(Half v) { return HalfBitsToFloat(v.bits); }
 inline float ToFloat(BFloat16 v) { return BFloat16BitsToFloat(v.bits); }
@@ -89,6 +103,15 @@ inline Half FromFloat<Half>(float v) {
 template <>
 inline BFloat16 FromFloat<BFloat16>(float v) {
   return BFloat16{FloatToBFloat16Bits(v)};
+}
+
+template <typename T>
+T FromDouble(double v) {
+  return FromFloat<T>(DoubleToFloatRoundToOdd(v));
+}
+template <>
+inline float FromDouble<float>(double v) {
+  return static_cast<float>(v);
 }
 
 }  // namespace fbn

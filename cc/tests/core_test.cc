@@ -222,6 +222,37 @@ void TestConversions() {
   }
   Check(bad == 0, "float -> half matches _Float16 (round to nearest even) on 2M values");
 
+  // double -> half / bfloat16 is one correct rounding (round-to-odd through float), also on
+  // the values just off a halfway point where rounding through float would round twice.
+  int bad_half = 0;
+  int bad_bf16 = 0;
+  std::uniform_real_distribution<double> mantissa(1.0, 2.0);
+  std::uniform_int_distribution<int> exponent(-30, 20);
+  for (int i = 0; i < 2000000; ++i) {
+    double d = std::ldexp(mantissa(rng), exponent(rng)) * (i % 2 ? -1.0 : 1.0);
+    if (i % 3 == 0) {
+      // Just above or below a half/bfloat16 halfway point, closer than a float ulp.
+      const int bits = i % 2 ? 11 : 8;
+      int e;
+      std::frexp(d, &e);
+      const double unit = std::ldexp(1.0, e - bits);
+      d = (std::floor(d / unit) + 0.5) * unit + (i % 4 < 2 ? 1 : -1) * std::ldexp(unit, -30);
+    }
+    const _Float16 native = static_cast<_Float16>(d);  // a single rounding, by the compiler
+    uint16_t nb;
+    std::memcpy(&nb, &native, 2);
+    if (FromDouble<Half>(d).bits != nb) ++bad_half;
+    int e;
+    std::frexp(d, &e);
+    const double unit = std::ldexp(1.0, e - 8);  // bfloat16 keeps 8 significant bits
+    const double want = std::nearbyint(d / unit) * unit;
+    if (static_cast<double>(BFloat16BitsToFloat(FromDouble<BFloat16>(d).bits)) != want) {
+      ++bad_bf16;
+    }
+  }
+  Check(bad_half == 0, "double -> half is a single round-to-nearest-even (2M values)");
+  Check(bad_bf16 == 0, "double -> bfloat16 is a single round-to-nearest-even (2M values)");
+
   // bfloat16: exact halfway cases round to even, NaN stays NaN, Inf stays Inf.
   Check(FloatToBFloat16Bits(FloatOf(0x3f808000u)) == 0x3f80u, "bf16 halfway rounds to even (down)");
   Check(FloatToBFloat16Bits(FloatOf(0x3f818000u)) == 0x3f82u, "bf16 halfway rounds to even (up)");
