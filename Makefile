@@ -1,26 +1,35 @@
 # tf-fbn-ops: two commands do everything on a fresh machine with Python 3 and g++.
 #   make demo   virtual environment + TensorFlow + build, then the main job (a parity table)
 #   make test   the same set-up, then the C++ core tests and the whole pytest suite
-# Other targets: lib (build the op library), core-test, clean.
+# Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
+# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), clean.
 
 PYTHON     ?= python3
 VENV       ?= .venv
 TF_PACKAGE ?= tensorflow-cpu==2.21.0
 CXX        ?= g++
+# nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
+NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
+                  else command -v nvcc; fi)
+GPU_ARCHS  ?= 75 80 86 89 90
+NVCC_FLAGS := -std=c++17 -O3 -I. --expt-relaxed-constexpr \
+              $(foreach a,$(GPU_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
 
 PY      := $(VENV)/bin/python
 DEPS    := $(VENV)/.deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
-CC_FILES := $(shell find cc -name '*.cc' -o -name '*.h')
+CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.h')
 CORE_TEST := build/core_test
+GPU_TEST  := build/gpu_core_test
+GPU_BENCH := build/gpu_bench
 
-.PHONY: demo test lib core-test clean
+.PHONY: demo test lib core-test gpu-test gpu-bench clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test
-	$(PY) -m pytest -q tests
+test: lib core-test $(if $(NVCC),gpu-test)
+	$(PY) -m pytest -q -rs tests
 
 lib: $(LIBRARY)
 
@@ -42,6 +51,23 @@ $(LIBRARY): $(DEPS) $(CC_FILES) setup.py
 $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -I. -pthread cc/core/*.cc cc/tests/core_test.cc -o $@
+
+gpu-test: $(GPU_TEST)
+	./$(GPU_TEST)
+
+gpu-bench: $(GPU_BENCH)
+	./$(GPU_BENCH)
+
+$(GPU_TEST): $(CC_FILES)
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_grad_gpu.cu \
+	    cc/tests/gpu_core_test.cu -o $@
+
+$(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_gpu.cu benchmarks/gpu_bench.cu -o $@
 
 clean:
 	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py

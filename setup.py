@@ -3,9 +3,13 @@ installed in the building interpreter. Install with ``pip install --no-build-iso
 ``-e .``): with build isolation pip would build against a different TensorFlow, or none.
 
 Compiler flags come from ``tf.sysconfig`` only; nothing is machine-specific (no -march=native),
-so the library runs on any x86-64. Environment knobs:
-  CXX              the C++ compiler (default g++)
-  TF_FBN_OPS_JOBS  parallel compile jobs (default: number of CPUs)
+so the library runs on any x86-64. When nvcc is found (``CUDA_HOME``, then ``PATH``) the CUDA
+kernels are compiled in too and the static CUDA runtime is linked, so the same library loads into
+tensorflow-cpu and into CUDA TensorFlow. Environment knobs:
+  CXX                    the C++ compiler (default g++)
+  TF_FBN_OPS_JOBS        parallel compile jobs (default: number of CPUs)
+  TF_FBN_OPS_CUDA        0: CPU only; 1: CUDA required; unset: CUDA when nvcc is found
+  TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default "75;80;86;89;90", plus PTX of the last)
 """
 
 from __future__ import annotations
@@ -26,16 +30,51 @@ LIBRARY = "_fbn_ops.so"
 
 # The core has no TensorFlow dependency and compiles without TensorFlow's flags.
 CORE_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "core").glob("*.cc"))
+CUDA_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "core").glob("*.cu"))
 SHELL_SOURCES = sorted(
     str(p.relative_to(ROOT))
     for folder in ("ops", "kernels")
     for p in (ROOT / "cc" / folder).glob("*.cc")
-    if not p.name.endswith("_gpu.cc")
 )
+GPU_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_gpu.cc")]
 COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", f"-I{ROOT}"]
 # TensorFlow's headers warn about their own deprecations; g++ 12 warns about Eigen's use of
 # hardware_destructive_interference_size. Neither is ours to fix.
 QUIET_TF_HEADERS = ["-Wno-deprecated-declarations", "-Wno-interference-size"]
+
+
+def find_cuda() -> Path | None:
+    """The CUDA toolkit root (from CUDA_HOME, else the nvcc on PATH), or None for a CPU build."""
+    mode = os.environ.get("TF_FBN_OPS_CUDA", "")
+    if mode == "0":
+        return None
+    if os.environ.get("CUDA_HOME") and (Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc").is_file():
+        return Path(os.environ["CUDA_HOME"])
+    if shutil.which("nvcc"):
+        # The nvcc on PATH may be a link or a wrapper script: ask it where its toolkit is.
+        dryrun = subprocess.run([shutil.which("nvcc"), "--dryrun", "-c", "-x", "cu", os.devnull,
+                                 "-o", os.devnull], capture_output=True, text=True)
+        for line in (dryrun.stdout + dryrun.stderr).splitlines():
+            if line.startswith("#$ TOP="):
+                return Path(line.split("=", 1)[1].strip()).resolve()
+    if mode == "1":
+        raise RuntimeError("TF_FBN_OPS_CUDA=1, but no nvcc in $CUDA_HOME/bin or on PATH")
+    return None
+
+
+def nvcc_arch_flags() -> list[str]:
+    """-gencode flags: SASS for each requested SM, PTX of the newest for future GPUs."""
+    archs = [a.strip() for a in os.environ.get("TF_FBN_OPS_CUDA_ARCHS", "75;80;86;89;90")
+             .replace(",", ";").split(";") if a.strip()]
+    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    return flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+
+
+def static_cudart(cuda: Path) -> Path:
+    for folder in ("lib64", "lib", "targets/x86_64-linux/lib"):
+        if (cuda / folder / "libcudart_static.a").is_file():
+            return cuda / folder / "libcudart_static.a"
+    raise RuntimeError(f"libcudart_static.a not found under {cuda}")
 
 
 def tensorflow_build_flags() -> tuple[list[str], list[str], str]:
@@ -54,30 +93,43 @@ class BuildTensorFlowOps(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         tf_cflags, tf_lflags, tf_version = tensorflow_build_flags()
+        cuda = find_cuda()
         cxx = shlex.split(os.environ.get("CXX", "g++"))
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        obj_dir = Path(self.build_temp) / "objects"
+        obj_dir = Path(self.build_temp) / ("objects-cuda" if cuda else "objects")
         obj_dir.mkdir(parents=True, exist_ok=True)
         headers = list((ROOT / "cc").rglob("*.h"))
+        sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
 
         def compile_one(source: str) -> Path:
             obj = obj_dir / (source.replace("/", "_") + ".o")
-            flags = COMMON_FLAGS + ([] if source in CORE_SOURCES else tf_cflags + QUIET_TF_HEADERS)
+            if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers
+                command = [str(cuda / "bin" / "nvcc"), "-std=c++17", "-O3", "-DNDEBUG",
+                           "-Xcompiler", "-fPIC,-fvisibility=hidden", "--expt-relaxed-constexpr",
+                           f"-I{ROOT}", *nvcc_arch_flags()]
+            elif source in CORE_SOURCES:
+                command = [*cxx, *COMMON_FLAGS]
+            else:
+                command = [*cxx, *COMMON_FLAGS, *tf_cflags, *QUIET_TF_HEADERS]
             if self.force or _stale(obj, [ROOT / source, *headers, Path(__file__)]):
-                self._run([*cxx, *flags, "-c", str(ROOT / source), "-o", str(obj)])
+                self._run([*command, "-c", str(ROOT / source), "-o", str(obj)])
             return obj
 
         jobs = int(os.environ.get("TF_FBN_OPS_JOBS", os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            objects = list(pool.map(compile_one, ext.sources))
+            objects = list(pool.map(compile_one, sources))
+        # The static CUDA runtime goes before TensorFlow's libraries: CUDA TensorFlow's
+        # framework library exports cudart entry points that would otherwise satisfy ours and
+        # leave the library unloadable in tensorflow-cpu.
+        cudart = [str(static_cudart(cuda)), "-ldl", "-lrt", "-lpthread"] if cuda else []
         if self.force or _stale(out_path, objects):
-            self._run([*cxx, "-shared", *map(str, objects), "-o", str(out_path), *tf_lflags,
-                       "-Wl,--no-undefined", "-Wl,-O1"])
+            self._run([*cxx, "-shared", *map(str, objects), "-o", str(out_path), *cudart,
+                       *tf_lflags, "-Wl,--no-undefined", "-Wl,-O1"])
         Path(_build_info_path(str(out_path))).write_text(
             '"""Written by setup.py at build time."""\n\n'
             f"TF_VERSION = {tf_version!r}\n"
-            f"CUDA = False\n"
+            f"CUDA = {cuda is not None}\n"
         )
 
     # The build-info file travels with the library wherever setuptools puts it: in place for
@@ -129,7 +181,8 @@ setup(
     # TensorFlow is deliberately not a requirement: pip must never swap the user's TensorFlow
     # (tensorflow vs tensorflow-cpu, or another version) for the one the library was built for.
     install_requires=["numpy"],
-    ext_modules=[Extension(f"{PACKAGE}._fbn_ops", sources=CORE_SOURCES + SHELL_SOURCES)],
+    ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
+                           sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES)],
     cmdclass={"build_ext": BuildTensorFlowOps},
     zip_safe=False,
 )

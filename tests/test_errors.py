@@ -101,6 +101,7 @@ BAD = [
 ACCEPTED = [
     ("5d_with_NHWC_v1", "V1", dict(shape=(2, 2, 4, 5, 3))),
     ("5d_with_NCHW_v2", "V2", dict(shape=(2, 3, 2, 4, 5), data_format="NCHW")),
+    ("5d_with_NHWC_v3", "V3", dict(shape=(2, 2, 4, 5, 3))),
     ("4d_with_NDHWC_v3", "V3", dict(data_format="NDHWC")),
     ("4d_with_NCDHW_v3_train", "V3", dict(shape=(2, 3, 4, 5), data_format="NCDHW")),
     ("rs3_matrix", "V3", dict(rs3=(2, 7))),

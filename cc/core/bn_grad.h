@@ -9,8 +9,16 @@
 #ifndef TF_FBN_OPS_CC_CORE_BN_GRAD_H_
 #define TF_FBN_OPS_CC_CORE_BN_GRAD_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
+
+// Marks the few helpers the CUDA kernels share with host code.
+#ifdef __CUDACC__
+#define FBN_HOST_DEVICE __host__ __device__
+#else
+#define FBN_HOST_DEVICE
+#endif
 
 namespace fbn {
 
@@ -31,12 +39,30 @@ struct Shape {
 
   int64_t rest() const { return batch * spatial; }  // R: elements per channel
   int64_t elements() const { return batch * channels * spatial; }
+
+  // The same memory in the view that vectorizes: channels-last with C == 1 is one long
+  // channels-first run, and channels-first with S == 1 is a channels-last [N, C] matrix.
+  Shape canonical() const {
+    if (channels_last && channels == 1) return Shape{1, 1, rest(), false};
+    if (!channels_last && spatial == 1) return Shape{batch, channels, 1, true};
+    return *this;
+  }
 };
 
 struct Params {
   Shape shape;
   float epsilon = 1e-4f;
   bool is_training = true;
+  // TensorFlow's GPU contract: in training mode reserve_space_2 holds the inverse standard
+  // deviation 1/sqrt(var + eps) that the GPU forward (cuDNN) saves, not the variance, and
+  // epsilon is not used. The CPU ops never set it; inference mode always takes a variance.
+  bool saved_inv_std = false;
+
+  // 1/sqrt(var + eps) of a channel, from that channel's reserve_space_2 value.
+  FBN_HOST_DEVICE double InvStd(float reserve_space_2) const {
+    if (saved_inv_std && is_training) return reserve_space_2;
+    return 1.0 / sqrt(static_cast<double>(reserve_space_2) + static_cast<double>(epsilon));
+  }
 };
 
 // Buffers of one call. T is the element type of x, y_backprop and x_backprop; everything
@@ -47,7 +73,7 @@ struct Tensors {
   const T* x = nullptr;
   const float* scale = nullptr;
   const float* mean = nullptr;      // reserve_space_1: saved batch mean or population mean
-  const float* variance = nullptr;  // reserve_space_2: variance (CPU contract)
+  const float* variance = nullptr;  // reserve_space_2: variance (see Params::saved_inv_std)
   T* x_backprop = nullptr;
   float* scale_backprop = nullptr;
   float* offset_backprop = nullptr;

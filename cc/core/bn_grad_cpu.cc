@@ -36,14 +36,6 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // no rounding error of their own.
 inline double Wide(float v) { return static_cast<double>(v); }
 
-// Two layouts are the same memory: channels-last with C == 1 is one long channels-first run,
-// and channels-first with S == 1 is a channels-last matrix. Take the one that vectorizes.
-Shape Canonical(const Shape& s) {
-  if (s.channels_last && s.channels == 1) return Shape{1, 1, s.rest(), false};
-  if (!s.channels_last && s.spatial == 1) return Shape{s.batch, s.channels, 1, true};
-  return s;
-}
-
 // How the R elements of every channel are cut into blocks. Depends on the shape only.
 struct Plan {
   Shape shape;
@@ -184,7 +176,7 @@ ParallelFor SerialFor() {
 
 template <typename T>
 void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
-  const Shape s = Canonical(params.shape);
+  const Shape s = params.shape.canonical();
   const int64_t channels = s.channels;
   if (s.elements() == 0) {
     std::fill(t.scale_backprop, t.scale_backprop + channels, 0.0f);
@@ -194,10 +186,7 @@ void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelF
   const Plan plan(s);
   const double rest = static_cast<double>(s.rest());
   std::vector<double> inv_std(channels);
-  for (int64_t c = 0; c < channels; ++c) {
-    inv_std[c] = 1.0 / std::sqrt(static_cast<double>(t.variance[c]) +
-                                 static_cast<double>(params.epsilon));
-  }
+  for (int64_t c = 0; c < channels; ++c) inv_std[c] = params.InvStd(t.variance[c]);
   // Inference: dx = dy · k with k = scale / sqrt(var + eps), known before any sum.
   std::vector<double> k(params.is_training ? 0 : channels);
   for (int64_t c = 0; c < static_cast<int64_t>(k.size()); ++c) {

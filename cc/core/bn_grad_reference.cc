@@ -1,7 +1,5 @@
 // The reference implementation: one channel at a time, every sum and coefficient in double,
 // written to be read rather than to be fast. The fast kernels are tested against it.
-#include <cmath>
-
 #include "cc/core/bn_grad.h"
 #include "cc/core/float16_convert.h"
 
@@ -29,8 +27,7 @@ void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
         sum_dy_xc += dy * xc;
       }
     }
-    const double inv_std =
-        1.0 / std::sqrt(static_cast<double>(t.variance[c]) + static_cast<double>(params.epsilon));
+    const double inv_std = params.InvStd(t.variance[c]);
     t.offset_backprop[c] = static_cast<float>(sum_dy);
     t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
     if (rest == 0) continue;

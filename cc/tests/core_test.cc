@@ -12,30 +12,12 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/float16_convert.h"
+#include "cc/tests/test_util.h"
 
 namespace fbn {
 namespace {
 
-int g_passed = 0;
-int g_failed = 0;
-
-void Check(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
-
-template <typename T>
-const char* TypeName();
-template <>
-const char* TypeName<float>() { return "float"; }
-template <>
-const char* TypeName<Half>() { return "half"; }
-template <>
-const char* TypeName<BFloat16>() { return "bfloat16"; }
+using namespace testing;  // NOLINT: the shared test vocabulary
 
 // Both implementations evaluate in double and round once, so they may differ by one rounding
 // of T: two units of T's precision, normwise, leaves room for either rounding direction.
@@ -49,87 +31,6 @@ template <>
 double DxTolerance<BFloat16>() { return 0x1p-6; }
 // The per-channel sums are float32 outputs of double sums: two float units, normwise.
 constexpr double kSumTolerance = 0x1p-22;
-
-struct Case {
-  Shape shape;
-  bool is_training;
-  float x_mean;  // offset of x, to exercise cancellation in x - mean
-};
-
-std::string Describe(const Case& k, const char* type) {
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "%s N=%lld C=%lld S=%lld %s %s x_mean=%g", type,
-                static_cast<long long>(k.shape.batch), static_cast<long long>(k.shape.channels),
-                static_cast<long long>(k.shape.spatial),
-                k.shape.channels_last ? "channels_last" : "channels_first",
-                k.is_training ? "training" : "inference", k.x_mean);
-  return buf;
-}
-
-// Inputs of one case, with dy and x already rounded to T.
-template <typename T>
-struct Inputs {
-  std::vector<T> dy, x;
-  std::vector<float> scale, mean, variance;
-
-  Inputs(const Case& k, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
-    const int64_t n = k.shape.elements();
-    const int64_t c = k.shape.channels;
-    dy.resize(n);
-    x.resize(n);
-    for (int64_t i = 0; i < n; ++i) {
-      dy[i] = FromFloat<T>(normal(rng));
-      x[i] = FromFloat<T>(k.x_mean + 2.0f * normal(rng));
-    }
-    for (int64_t i = 0; i < c; ++i) {
-      scale.push_back(uniform(rng));
-      mean.push_back(k.x_mean + 0.1f * normal(rng));
-      variance.push_back(4.0f * uniform(rng));
-    }
-  }
-};
-
-template <typename T>
-struct Outputs {
-  std::vector<T> dx;
-  std::vector<float> dscale, doffset;
-  explicit Outputs(const Shape& s) : dx(s.elements()), dscale(s.channels), doffset(s.channels) {}
-
-  Tensors<T> Bind(const Inputs<T>& in) {
-    Tensors<T> t;
-    t.y_backprop = in.dy.data();
-    t.x = in.x.data();
-    t.scale = in.scale.data();
-    t.mean = in.mean.data();
-    t.variance = in.variance.data();
-    t.x_backprop = dx.data();
-    t.scale_backprop = dscale.data();
-    t.offset_backprop = doffset.data();
-    return t;
-  }
-  bool BitEqual(const Outputs& o) const {
-    return std::memcmp(dx.data(), o.dx.data(), dx.size() * sizeof(T)) == 0 &&
-           std::memcmp(dscale.data(), o.dscale.data(), dscale.size() * sizeof(float)) == 0 &&
-           std::memcmp(doffset.data(), o.doffset.data(), doffset.size() * sizeof(float)) == 0;
-  }
-};
-
-// Largest |got - want| relative to the largest |want| (normwise), over one output.
-template <typename V>
-double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
-  double err = 0.0;
-  double mag = 0.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = ToFloat(got[i]);
-    const double w = ToFloat(want[i]);
-    err = std::max(err, std::fabs(g - w));
-    mag = std::max(mag, std::fabs(w));
-  }
-  return mag > 0.0 ? err / mag : err;
-}
 
 // A ParallelFor that cuts [0, count) into `pieces` ranges and runs them on `threads` real
 // threads in reverse order: if any result depended on the split, the bits would change.
@@ -153,10 +54,7 @@ template <typename T>
 void RunCase(const Case& k, uint32_t seed) {
   const std::string name = Describe(k, TypeName<T>());
   Inputs<T> in(k, seed);
-  Params p;
-  p.shape = k.shape;
-  p.epsilon = 1e-3f;
-  p.is_training = k.is_training;
+  const Params p = ParamsOf(k);
 
   Outputs<T> ref(k.shape), fast(k.shape);
   BatchNormGradReference(p, ref.Bind(in));
@@ -187,9 +85,8 @@ void RunEmptyCase(const Shape& shape) {
   std::fill(out.dscale.begin(), out.dscale.end(), 7.0f);
   std::fill(out.doffset.begin(), out.doffset.end(), 7.0f);
   BatchNormGradCpu(p, out.Bind(in), SerialFor());
-  bool zeros = std::all_of(out.dscale.begin(), out.dscale.end(), [](float v) { return v == 0; }) &&
-               std::all_of(out.doffset.begin(), out.doffset.end(), [](float v) { return v == 0; });
-  Check(zeros, std::string(TypeName<T>()) + ": empty input gives zero scale/offset grads");
+  Check(AllZero(out.dscale) && AllZero(out.doffset),
+        std::string(TypeName<T>()) + ": empty input gives zero scale/offset grads");
 }
 
 void TestConversions() {
@@ -264,33 +161,9 @@ void TestConversions() {
 
 template <typename T>
 void RunAllCases() {
-  std::mt19937 rng(1234);
-  std::vector<Case> cases;
-  const std::vector<Shape> shapes = {
-      {1, 1, 1, true},      {1, 3, 1, true},      {2, 7, 5, true},      {3, 129, 17, true},
-      {5, 3, 1, true},      {1, 1, 70001, true},  {4, 1, 9, true},      {2, 64, 300, true},
-      {8, 2048, 1, true},   {2, 3, 200000, true}, {1, 1, 1, false},     {1, 3, 1, false},
-      {2, 7, 5, false},     {3, 129, 17, false},  {5, 3, 1, false},     {1, 1, 70001, false},
-      {4, 1, 9, false},     {2, 64, 300, false},  {2, 3, 200000, false}, {7, 5, 33, false},
-  };
-  for (const Shape& s : shapes) {
-    for (bool training : {true, false}) {
-      cases.push_back({s, training, 0.0f});
-    }
-  }
-  // Random shapes, some with a large x mean.
-  std::uniform_int_distribution<int> dim(1, 40);
-  for (int i = 0; i < 16; ++i) {
-    Shape s{dim(rng), dim(rng), dim(rng) * dim(rng), i % 2 == 0};
-    cases.push_back({s, i % 3 != 0, i % 4 == 0 ? 100.0f : 0.0f});
-  }
   uint32_t seed = 1;
-  for (const Case& k : cases) RunCase<T>(k, seed++);
-  for (bool last : {true, false}) {
-    RunEmptyCase<T>(Shape{0, 5, 7, last});
-    RunEmptyCase<T>(Shape{2, 5, 0, last});
-    RunEmptyCase<T>(Shape{2, 0, 7, last});
-  }
+  for (const Case& k : TestCases()) RunCase<T>(k, seed++);
+  for (const Shape& s : EmptyShapes()) RunEmptyCase<T>(s);
 }
 
 }  // namespace
@@ -301,6 +174,5 @@ int main() {
   fbn::RunAllCases<float>();
   fbn::RunAllCases<fbn::Half>();
   fbn::RunAllCases<fbn::BFloat16>();
-  std::printf("core_test: %d passed, %d failed\n", fbn::g_passed, fbn::g_failed);
-  return fbn::g_failed == 0 ? 0 : 1;
+  return fbn::testing::Summary("core_test");
 }

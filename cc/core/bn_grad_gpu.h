@@ -1,0 +1,34 @@
+// The CUDA side of the numeric core. Host functions with no CUDA types in their signatures, so
+// this header can be included by code compiled without CUDA headers (the TensorFlow shell).
+#ifndef TF_FBN_OPS_CC_CORE_BN_GRAD_GPU_H_
+#define TF_FBN_OPS_CC_CORE_BN_GRAD_GPU_H_
+
+#include <cstddef>
+
+#include "cc/core/bn_grad.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace fbn {
+
+using GpuStream = CUstream_st*;
+
+// Bytes of device scratch BatchNormGradGpu needs for a shape: per-block partial sums and
+// per-channel coefficients. Depends on the shape only.
+size_t GpuScratchBytes(const Shape& shape);
+
+// Enqueues the gradient computation on `stream`. Every pointer in `t`, and `scratch` (at least
+// GpuScratchBytes(params.shape) bytes), is device memory. Returns 0 (cudaSuccess) or the CUDA
+// error of the first failing launch; GpuErrorString describes it.
+//
+// Deterministic: every sum is reduced in two stages, per-block partials in a fixed order and
+// then per channel over the blocks in block order, with no floating-point atomics; two calls
+// on the same inputs give the same bits.
+template <typename T>
+int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, GpuStream stream);
+
+const char* GpuErrorString(int error);
+
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_CORE_BN_GRAD_GPU_H_

@@ -1,0 +1,58 @@
+// GPU registration of the three ops, compiled only into CUDA builds. The functor hands device
+// buffers to the CUDA core (cc/core/bn_grad_gpu.cu) on the op's stream; no CUDA headers here.
+//
+// TensorFlow's GPU contract differs from the CPU one in one place: in training mode
+// reserve_space_2 is the inverse standard deviation 1/sqrt(var + eps) that the GPU forward
+// (cuDNN) saves, not the variance. In inference mode it is the population variance on both.
+#include "absl/strings/str_cat.h"
+#include "cc/core/bn_grad_gpu.h"
+#include "cc/kernels/fbn_grad_kernel.h"
+#include "xla/stream_executor/stream.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// Device tag for the functor; the kernels need no Eigen GPU device.
+struct GpuDevice {};
+
+template <typename T>
+struct BatchNormGradFunctor<GpuDevice, T> {
+  absl::Status operator()(OpKernelContext* ctx, const fbn::Params& cpu_params,
+                          const fbn::Tensors<typename CoreType<T>::type>& tensors) {
+    fbn::Params params = cpu_params;
+    params.saved_inv_std = params.is_training;
+    stream_executor::Stream* stream =
+        ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
+    if (stream == nullptr) return absl::InternalError("No GPU stream available");
+    Tensor scratch;
+    const int64_t bytes = static_cast<int64_t>(fbn::GpuScratchBytes(params.shape));
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, TensorShape({bytes}), &scratch));
+    const int error = fbn::BatchNormGradGpu(
+        params, tensors, scratch.flat<int8_t>().data(),
+        static_cast<fbn::GpuStream>(stream->platform_specific_handle().stream));
+    if (error != 0) {
+      return absl::InternalError(absl::StrCat("CUDA error in ", ctx->op_kernel().type_string(),
+                                              ": ", fbn::GpuErrorString(error)));
+    }
+    return absl::OkStatus();
+  }
+};
+
+#define FBN_REGISTER_GPU(OP, T)                                                            \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name(OP).Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<float>("U"),       \
+      FbnFusedBatchNormGradOp<GpuDevice, T>)
+
+REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGrad").Device(DEVICE_GPU).TypeConstraint<float>("T"),
+                        FbnFusedBatchNormGradOp<GpuDevice, float>);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", float);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", Eigen::half);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", Eigen::bfloat16);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", float);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", Eigen::half);
+FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", Eigen::bfloat16);
+
+#undef FBN_REGISTER_GPU
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow

@@ -1,0 +1,184 @@
+// Helpers shared by the core test programs (CPU: core_test.cc, GPU: gpu_core_test.cu): random
+// inputs, host output buffers, error measures, the awkward-shape list and PASS/FAIL counting.
+#ifndef TF_FBN_OPS_CC_TESTS_TEST_UTIL_H_
+#define TF_FBN_OPS_CC_TESTS_TEST_UTIL_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cc/core/bn_grad.h"
+#include "cc/core/float16_convert.h"
+
+namespace fbn {
+namespace testing {
+
+inline int g_passed = 0;
+inline int g_failed = 0;
+
+inline void Check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAIL %s\n", what.c_str());
+  }
+}
+
+// Prints the summary line and returns the process exit code.
+inline int Summary(const char* program) {
+  std::printf("%s: %d passed, %d failed\n", program, g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
+
+template <typename T>
+const char* TypeName();
+template <>
+inline const char* TypeName<float>() { return "float"; }
+template <>
+inline const char* TypeName<Half>() { return "half"; }
+template <>
+inline const char* TypeName<BFloat16>() { return "bfloat16"; }
+
+struct Case {
+  Shape shape;
+  bool is_training;
+  float x_mean;          // offset of x, to exercise cancellation in x - mean
+  bool saved_inv_std = false;  // reserve_space_2 holds 1/sqrt(var + eps) (GPU contract)
+};
+
+inline std::string Describe(const Case& k, const char* type) {
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "%s N=%lld C=%lld S=%lld %s %s x_mean=%g%s", type,
+                static_cast<long long>(k.shape.batch), static_cast<long long>(k.shape.channels),
+                static_cast<long long>(k.shape.spatial),
+                k.shape.channels_last ? "channels_last" : "channels_first",
+                k.is_training ? "training" : "inference", k.x_mean,
+                k.saved_inv_std ? " saved_inv_std" : "");
+  return buf;
+}
+
+inline Params ParamsOf(const Case& k) {
+  Params p;
+  p.shape = k.shape;
+  p.epsilon = 1e-3f;
+  p.is_training = k.is_training;
+  p.saved_inv_std = k.saved_inv_std;
+  return p;
+}
+
+// Inputs of one case, with dy and x already rounded to T.
+template <typename T>
+struct Inputs {
+  std::vector<T> dy, x;
+  std::vector<float> scale, mean, variance;
+
+  Inputs(const Case& k, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
+    const int64_t n = k.shape.elements();
+    const int64_t c = k.shape.channels;
+    dy.resize(n);
+    x.resize(n);
+    for (int64_t i = 0; i < n; ++i) {
+      dy[i] = FromFloat<T>(normal(rng));
+      x[i] = FromFloat<T>(k.x_mean + 2.0f * normal(rng));
+    }
+    const Params p = ParamsOf(k);
+    for (int64_t i = 0; i < c; ++i) {
+      scale.push_back(uniform(rng));
+      mean.push_back(k.x_mean + 0.1f * normal(rng));
+      const float var = 4.0f * uniform(rng);
+      variance.push_back(k.saved_inv_std && k.is_training
+                             ? static_cast<float>(1.0 / std::sqrt(var + p.epsilon))
+                             : var);
+    }
+  }
+};
+
+// Host buffers for the three outputs.
+template <typename T>
+struct Outputs {
+  std::vector<T> dx;
+  std::vector<float> dscale, doffset;
+  explicit Outputs(const Shape& s) : dx(s.elements()), dscale(s.channels), doffset(s.channels) {}
+
+  Tensors<T> Bind(const Inputs<T>& in) {
+    Tensors<T> t;
+    t.y_backprop = in.dy.data();
+    t.x = in.x.data();
+    t.scale = in.scale.data();
+    t.mean = in.mean.data();
+    t.variance = in.variance.data();
+    t.x_backprop = dx.data();
+    t.scale_backprop = dscale.data();
+    t.offset_backprop = doffset.data();
+    return t;
+  }
+  bool BitEqual(const Outputs& o) const {
+    return std::memcmp(dx.data(), o.dx.data(), dx.size() * sizeof(T)) == 0 &&
+           std::memcmp(dscale.data(), o.dscale.data(), dscale.size() * sizeof(float)) == 0 &&
+           std::memcmp(doffset.data(), o.doffset.data(), doffset.size() * sizeof(float)) == 0;
+  }
+};
+
+// Largest |got - want| relative to the largest |want| (normwise), over one output.
+template <typename V>
+double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
+  double err = 0.0;
+  double mag = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = ToFloat(got[i]);
+    const double w = ToFloat(want[i]);
+    err = std::max(err, std::fabs(g - w));
+    mag = std::max(mag, std::fabs(w));
+  }
+  return mag > 0.0 ? err / mag : err;
+}
+
+// Awkward and ordinary shapes in both layouts and modes (C = 1, 3, 7, 129, 2048; S = 1;
+// R = 1; large R), plus random shapes, some with a large x mean.
+inline std::vector<Case> TestCases() {
+  const std::vector<Shape> shapes = {
+      {1, 1, 1, true},     {1, 3, 1, true},      {2, 7, 5, true},      {3, 129, 17, true},
+      {5, 3, 1, true},     {1, 1, 70001, true},  {4, 1, 9, true},      {2, 64, 300, true},
+      {8, 2048, 1, true},  {2, 3, 200000, true}, {1, 1, 1, false},     {1, 3, 1, false},
+      {2, 7, 5, false},    {3, 129, 17, false},  {5, 3, 1, false},     {1, 1, 70001, false},
+      {4, 1, 9, false},    {2, 64, 300, false},  {2, 3, 200000, false}, {7, 5, 33, false},
+  };
+  std::vector<Case> cases;
+  for (const Shape& s : shapes) {
+    for (bool training : {true, false}) cases.push_back({s, training, 0.0f});
+  }
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> dim(1, 40);
+  for (int i = 0; i < 16; ++i) {
+    Shape s{dim(rng), dim(rng), dim(rng) * dim(rng), i % 2 == 0};
+    cases.push_back({s, i % 3 != 0, i % 4 == 0 ? 100.0f : 0.0f, i % 5 == 0});
+  }
+  return cases;
+}
+
+inline std::vector<Shape> EmptyShapes() {
+  std::vector<Shape> shapes;
+  for (bool last : {true, false}) {
+    shapes.push_back({0, 5, 7, last});
+    shapes.push_back({2, 5, 0, last});
+    shapes.push_back({2, 0, 7, last});
+  }
+  return shapes;
+}
+
+inline bool AllZero(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(), [](float f) { return f == 0.0f; });
+}
+
+}  // namespace testing
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_TESTS_TEST_UTIL_H_

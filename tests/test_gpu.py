@@ -1,0 +1,112 @@
+"""The GPU kernels: registration (wherever the library was built with CUDA) and parity with
+tf.raw_ops on a GPU (wherever TensorFlow sees one; skipped, with the reason, elsewhere).
+
+TensorFlow's GPU contract: in training mode reserve_space_2 is the inverse standard deviation
+that the GPU forward saves, so the parity tests take the reserve spaces from a real GPU forward.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import kernels
+
+import tf_fbn_ops
+from parity import RTOL, assert_parity, sum_rtol
+from tf_fbn_ops import _build_info, reference
+
+DTYPE_ENUMS = {tf.float32.as_datatype_enum: "float32", tf.float16.as_datatype_enum: "float16",
+               tf.bfloat16.as_datatype_enum: "bfloat16"}
+EXPECTED = {"FbnFusedBatchNormGrad": {"float32"},
+            "FbnFusedBatchNormGradV2": {"float32", "float16", "bfloat16"},
+            "FbnFusedBatchNormGradV3": {"float32", "float16", "bfloat16"}}
+GPUS = tf.config.list_physical_devices("GPU")
+needs_gpu = pytest.mark.skipif(not GPUS, reason="no GPU visible to TensorFlow: GPU parity "
+                                                "tests run only on a machine with one")
+
+
+@pytest.mark.skipif(not _build_info.CUDA, reason="library built without CUDA (no nvcc found, "
+                                                 "or TF_FBN_OPS_CUDA=0)")
+@pytest.mark.parametrize("op", sorted(EXPECTED))
+def test_gpu_kernels_registered_for_every_dtype(op: str) -> None:
+    tf_fbn_ops.load_library()
+    registered: dict[str, set] = {"CPU": set(), "GPU": set()}
+    for kernel in kernels.get_registered_kernels_for_op(op).kernel:
+        for constraint in kernel.constraint:
+            if constraint.name == "T":
+                for t in constraint.allowed_values.list.type:
+                    registered[kernel.device_type].add(DTYPE_ENUMS[t])
+    assert registered["GPU"] == EXPECTED[op]
+    assert registered["CPU"] == EXPECTED[op]
+
+
+def _gpu_case(dtype, data_format: str, is_training: bool, shape, seed: int = 0) -> tuple:
+    """Inputs on the GPU, with reserve spaces from TF's own GPU forward in training mode."""
+    rng = np.random.default_rng(seed)
+    channel_axis = len(shape) - 1 if data_format in ("NHWC", "NDHWC") else 1
+    channels = shape[channel_axis]
+    with tf.device("/GPU:0"):
+        x = tf.cast(0.5 + 2.0 * rng.standard_normal(shape), dtype)
+        dy = tf.cast(rng.standard_normal(shape), dtype)
+        scale = tf.constant(rng.uniform(0.5, 1.5, channels), tf.float32)
+        if is_training:
+            forward = tf.raw_ops.FusedBatchNormV3(
+                x=x, scale=scale, offset=tf.zeros([channels]), mean=tf.zeros([0]),
+                variance=tf.zeros([0]), epsilon=1e-3, data_format=data_format, is_training=True)
+            mean, inv_std, rs3 = forward.reserve_space_1, forward.reserve_space_2, forward[5]
+            variance_for_oracle = 1.0 / np.square(inv_std.numpy().astype(np.float64)) - 1e-3
+        else:
+            mean = tf.constant(rng.standard_normal(channels) * 0.1 + 0.5, tf.float32)
+            inv_std = tf.constant(rng.uniform(3.0, 5.0, channels), tf.float32)  # a variance here
+            rs3 = tf.zeros([0])
+            variance_for_oracle = inv_std.numpy()
+    kwargs = dict(y_backprop=dy, x=x, scale=scale, reserve_space_1=mean,
+                  reserve_space_2=inv_std, reserve_space_3=rs3, epsilon=1e-3,
+                  data_format=data_format, is_training=is_training)
+    oracle = reference.batch_norm_grad(dy.numpy(), x.numpy(), scale.numpy(), mean.numpy(),
+                                       variance_for_oracle, 1e-3, data_format, is_training)
+    return kwargs, oracle
+
+
+GPU_CASES = [(dtype, fmt, training, shape)
+             for dtype in (tf.float32, tf.float16, tf.bfloat16)
+             for fmt, shape in (("NHWC", (4, 8, 8, 32)), ("NCHW", (4, 32, 8, 8)),
+                                ("NDHWC", (2, 4, 8, 8, 16)), ("NHWC", (3, 5, 7, 3)),
+                                ("NCHW", (2, 3, 5, 7)))
+             for training in (True, False)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype,data_format,is_training,shape", GPU_CASES)
+def test_gpu_parity_with_tf_raw_ops(dtype, data_format, is_training, shape) -> None:
+    kwargs, oracle = _gpu_case(dtype, data_format, is_training, shape)
+    with tf.device("/GPU:0"):
+        ours = tf_fbn_ops.fused_batch_norm_grad_v3(**kwargs)
+        again = tf_fbn_ops.fused_batch_norm_grad_v3(**kwargs)
+        try:
+            theirs = tf.raw_ops.FusedBatchNormGradV3(**kwargs)
+        except tf.errors.InvalidArgumentError:  # channels-first inference: TF refuses
+            theirs = None
+    assert "GPU" in ours.x_backprop.device
+    rest = int(np.prod(shape)) // shape[-1 if data_format.endswith("C") else 1]
+    for i, name in enumerate(("x_backprop", "scale_backprop", "offset_backprop")):
+        out_dtype = dtype.name if i == 0 else "float32"
+        assert ours[i].numpy().tobytes() == again[i].numpy().tobytes(), "not deterministic"
+        rtol = RTOL[out_dtype] if i == 0 else sum_rtol(rest)
+        if theirs is None:
+            error = np.max(np.abs(ours[i].numpy().astype(np.float64) - oracle[i]))
+            assert error <= rtol * np.max(np.abs(oracle[i])), name
+        else:
+            assert_parity(name, ours[i], theirs[i], oracle[i], out_dtype, "tf gpu",
+                          None if i == 0 else rtol)
+
+
+@needs_gpu
+def test_gpu_empty_input_gives_zeros() -> None:
+    with tf.device("/GPU:0"):
+        out = tf_fbn_ops.fused_batch_norm_grad_v3(
+            tf.zeros([0, 4, 4, 3]), tf.zeros([0, 4, 4, 3]), tf.ones([3]), tf.zeros([3]),
+            tf.ones([3]), tf.zeros([0]))
+    assert out.x_backprop.shape == (0, 4, 4, 3)
+    assert not np.any(out.scale_backprop.numpy()) and not np.any(out.offset_backprop.numpy())
