@@ -9,6 +9,10 @@
 //   3. Apply*:   (training only) dx = c1 * (dy - mean(dy)) - c2 * (x - mean).
 // Each block's partials come from a fixed assignment of elements to threads and a fixed tree
 // in shared memory, so the result is bit-identical run to run; no floating-point atomics.
+//
+// The math is the CPU kernels' (bn_grad_cpu.cc): terms and sums in double, dx evaluated in
+// double and rounded once to T. FP64 costs little next to the memory traffic of these
+// bandwidth-bound sweeps, and it makes the results as exact as the inputs allow on every GPU.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -30,33 +34,30 @@ constexpr int64_t kBlockElements = 16384;
 constexpr int64_t kMinRowsPerBlock = 64;
 // Bounds the scratch to 2 * kMaxRowBlocks * C doubles.
 constexpr int64_t kMaxRowBlocks = 1024;
-// Float terms a thread accumulates before adding them into its double accumulators: float is
-// fast on every GPU, double keeps long sums accurate.
-constexpr int kFlushTerms = 16;
 // Loads and stores are this wide where the layout and the pointers allow it.
 constexpr int kVectorBytes = 16;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Element access: widened to float on load, rounded once to nearest-even on store.
-__device__ __forceinline__ float Load(float v) { return v; }
-__device__ __forceinline__ float Load(Half v) { return __half2float(__ushort_as_half(v.bits)); }
-__device__ __forceinline__ float Load(BFloat16 v) {
+// Element access: widened to double on load (exactly), rounded once to nearest-even on store.
+__device__ __forceinline__ double Load(float v) { return v; }
+__device__ __forceinline__ double Load(Half v) { return __half2float(__ushort_as_half(v.bits)); }
+__device__ __forceinline__ double Load(BFloat16 v) {
   return __bfloat162float(__ushort_as_bfloat16(v.bits));
 }
 template <typename T>
-__device__ __forceinline__ T Round(float v);
+__device__ __forceinline__ T Round(double v);
 template <>
-__device__ __forceinline__ float Round<float>(float v) {
-  return v;
+__device__ __forceinline__ float Round<float>(double v) {
+  return __double2float_rn(v);
 }
 template <>
-__device__ __forceinline__ Half Round<Half>(float v) {
-  return Half{__half_as_ushort(__float2half_rn(v))};
+__device__ __forceinline__ Half Round<Half>(double v) {
+  return Half{__half_as_ushort(__double2half(v))};
 }
 template <>
-__device__ __forceinline__ BFloat16 Round<BFloat16>(float v) {
-  return BFloat16{__bfloat16_as_ushort(__float2bfloat16_rn(v))};
+__device__ __forceinline__ BFloat16 Round<BFloat16>(double v) {
+  return BFloat16{__bfloat16_as_ushort(__double2bfloat16(v))};
 }
 
 // V consecutive elements, loaded and stored as one (up to 16-byte) access.
@@ -73,29 +74,16 @@ __device__ __forceinline__ void StoreVec(T* p, const Vec<T, V>& v) {
   *reinterpret_cast<Vec<T, V>*>(p) = v;
 }
 
-// One thread's sums for V channels (or V lanes of one channel).
+// One thread's sums for V channels (or V lanes of one channel). A product of two widened
+// floats is exact in double, so each term carries no rounding error of its own.
 template <int V>
 struct Accumulator {
-  float part_dy[V] = {};
-  float part_dy_xc[V] = {};
   double dy[V] = {};
   double dy_xc[V] = {};
-  int terms = 0;
 
-  __device__ void Add(int j, float d, float xc) {
-    part_dy[j] += d;
-    part_dy_xc[j] = fmaf(d, xc, part_dy_xc[j]);
-  }
-  __device__ void EndTerm() {
-    if (++terms == kFlushTerms) Flush();
-  }
-  __device__ void Flush() {
-    for (int j = 0; j < V; ++j) {
-      dy[j] += part_dy[j];
-      dy_xc[j] += part_dy_xc[j];
-      part_dy[j] = part_dy_xc[j] = 0.0f;
-    }
-    terms = 0;
+  __device__ void Add(int j, double d, double xc) {
+    dy[j] += d;
+    dy_xc[j] += d * xc;
   }
 };
 
@@ -147,7 +135,7 @@ struct Args {
   int64_t channels, spatial, rest, rows_per_block;
   double* partial_dy;     // [row_blocks][C]
   double* partial_dy_xc;  // [row_blocks][C]
-  float* coef;            // [3][C]: c1, mean(dy), c2 (training)
+  double* coef;           // [3][C]: c1, mean(dy), c2 (training)
 };
 
 template <typename T, int V, bool kInference>
@@ -162,11 +150,10 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
   const int64_t r1 = min(a.rest, r0 + a.rows_per_block);
   Accumulator<V> acc;
   if (active) {
-    float mean[V], k[V];
+    double mean[V], k[V];
     for (int j = 0; j < V; ++j) {
       mean[j] = a.t.mean[c0 + j];
-      k[j] = kInference ? static_cast<float>(a.t.scale[c0 + j] * a.p.InvStd(a.t.variance[c0 + j]))
-                        : 0.0f;
+      k[j] = kInference ? a.t.scale[c0 + j] * a.p.InvStd(a.t.variance[c0 + j]) : 0.0;
     }
     for (int64_t r = r0 + ty; r < r1; r += lanes_y) {
       const int64_t offset = r * a.channels + c0;
@@ -174,14 +161,12 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
       const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
       Vec<T, V> dx;
       for (int j = 0; j < V; ++j) {
-        const float d = Load(dy.v[j]);
+        const double d = Load(dy.v[j]);
         acc.Add(j, d, Load(x.v[j]) - mean[j]);
         if (kInference) dx.v[j] = Round<T>(d * k[j]);
       }
       if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
-      acc.EndTerm();
     }
-    acc.Flush();
   }
   for (int j = 0; j < V; ++j) {
     const double sum_dy = BlockSum(acc.dy[j], shared, lanes_x);
@@ -199,9 +184,8 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a) {
   const int64_t c = blockIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
   const int64_t end = min(a.rest, begin + a.rows_per_block);
-  const float mean = a.t.mean[c];
-  const float k =
-      kInference ? static_cast<float>(a.t.scale[c] * a.p.InvStd(a.t.variance[c])) : 0.0f;
+  const double mean = a.t.mean[c];
+  const double k = kInference ? a.t.scale[c] * a.p.InvStd(a.t.variance[c]) : 0.0;
   Accumulator<V> acc;
   // e counts channel c's elements in (n, s) order; S is a multiple of V.
   for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
@@ -212,14 +196,12 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a) {
     const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
     Vec<T, V> dx;
     for (int j = 0; j < V; ++j) {
-      const float d = Load(dy.v[j]);
+      const double d = Load(dy.v[j]);
       acc.Add(j, d, Load(x.v[j]) - mean);
       if (kInference) dx.v[j] = Round<T>(d * k);
     }
     if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
-    acc.EndTerm();
   }
-  acc.Flush();
   double thread_dy = 0.0;
   double thread_dy_xc = 0.0;
   for (int j = 0; j < V; ++j) {
@@ -251,17 +233,17 @@ __global__ void __launch_bounds__(kThreads) Finalize(Args<T> a, int64_t row_bloc
   if (a.p.is_training) {
     const double rest = static_cast<double>(a.rest);
     const double c1 = a.t.scale[c] * inv_std;
-    a.coef[c] = static_cast<float>(c1);
-    a.coef[a.channels + c] = static_cast<float>(sum_dy / rest);
-    a.coef[2 * a.channels + c] = static_cast<float>(c1 * inv_std * inv_std * (sum_dy_xc / rest));
+    a.coef[c] = c1;
+    a.coef[a.channels + c] = sum_dy / rest;
+    a.coef[2 * a.channels + c] = c1 * inv_std * inv_std * (sum_dy_xc / rest);
   }
 }
 
 // dx = c1 * (dy - mean(dy)) - c2 * (x - mean), centred before scaling for accuracy.
 template <typename T>
-__device__ __forceinline__ T TrainingDx(float dy, float x, float mean, float c1, float dy_mean,
-                                        float c2) {
-  return Round<T>(fmaf(c1, dy - dy_mean, -c2 * (x - mean)));
+__device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double c1,
+                                        double dy_mean, double c2) {
+  return Round<T>(c1 * (dy - dy_mean) - c2 * (x - mean));
 }
 
 template <typename T, int V>
@@ -273,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lan
   if (c0 >= a.channels) return;
   const int64_t r0 = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
   const int64_t r1 = min(a.rest, r0 + a.rows_per_block);
-  float mean[V], c1[V], dy_mean[V], c2[V];
+  double mean[V], c1[V], dy_mean[V], c2[V];
   for (int j = 0; j < V; ++j) {
     mean[j] = a.t.mean[c0 + j];
     c1[j] = a.coef[c0 + j];
@@ -297,10 +279,10 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a) {
   const int64_t c = blockIdx.x;
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
   const int64_t end = min(a.rest, begin + a.rows_per_block);
-  const float mean = a.t.mean[c];
-  const float c1 = a.coef[c];
-  const float dy_mean = a.coef[a.channels + c];
-  const float c2 = a.coef[2 * a.channels + c];
+  const double mean = a.t.mean[c];
+  const double c1 = a.coef[c];
+  const double dy_mean = a.coef[a.channels + c];
+  const double c2 = a.coef[2 * a.channels + c];
   for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
        e += static_cast<int64_t>(kThreads) * V) {
     const int64_t n = e / a.spatial;
@@ -351,8 +333,7 @@ size_t GpuScratchBytes(const Shape& shape) {
   const Shape s = shape.canonical();
   if (s.elements() == 0) return 0;
   const Plan plan(s);
-  return static_cast<size_t>(2 * plan.row_blocks * s.channels) * sizeof(double) +
-         static_cast<size_t>(3 * s.channels) * sizeof(float);
+  return static_cast<size_t>((2 * plan.row_blocks + 3) * s.channels) * sizeof(double);
 }
 
 template <typename T>
@@ -376,7 +357,7 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
   a.rows_per_block = plan.rows_per_block;
   a.partial_dy = static_cast<double*>(scratch);
   a.partial_dy_xc = a.partial_dy + plan.row_blocks * s.channels;
-  a.coef = reinterpret_cast<float*>(a.partial_dy_xc + plan.row_blocks * s.channels);
+  a.coef = a.partial_dy_xc + plan.row_blocks * s.channels;
 
   constexpr int kVector = kVectorBytes / sizeof(T);
   const int64_t run = s.channels_last ? s.channels : s.spatial;  // contiguous per channel group

@@ -19,19 +19,6 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared test vocabulary
 
-// Both implementations evaluate in double and round once, so they may differ by one rounding
-// of T: two units of T's precision, normwise, leaves room for either rounding direction.
-template <typename T>
-double DxTolerance();
-template <>
-double DxTolerance<float>() { return 0x1p-22; }
-template <>
-double DxTolerance<Half>() { return 0x1p-9; }
-template <>
-double DxTolerance<BFloat16>() { return 0x1p-6; }
-// The per-channel sums are float32 outputs of double sums: two float units, normwise.
-constexpr double kSumTolerance = 0x1p-22;
-
 // A ParallelFor that cuts [0, count) into `pieces` ranges and runs them on `threads` real
 // threads in reverse order: if any result depended on the split, the bits would change.
 ParallelFor ThreadedFor(int threads, int pieces) {

@@ -18,18 +18,6 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared test vocabulary
 
-// The GPU evaluates dx in float with float coefficients (one FMA), and its sums take float terms
-// in groups of 16 into double: a few float roundings per element, normwise.
-template <typename T>
-double GpuDxTolerance();
-template <>
-double GpuDxTolerance<float>() { return 4e-6; }
-template <>
-double GpuDxTolerance<Half>() { return 0x1p-9; }
-template <>
-double GpuDxTolerance<BFloat16>() { return 0x1p-6; }
-constexpr double kGpuSumTolerance = 4e-6;
-
 bool Ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) std::printf("CUDA error in %s: %s\n", what, cudaGetErrorString(e));
   return e == cudaSuccess;
@@ -104,9 +92,9 @@ class DeviceCase {
 template <typename T>
 void CheckAgainstReference(const std::string& name, const Outputs<T>& got,
                            const Outputs<T>& ref) {
-  Check(NormwiseError(got.dx, ref.dx) <= GpuDxTolerance<T>(), name + ": x_backprop");
-  Check(NormwiseError(got.dscale, ref.dscale) <= kGpuSumTolerance, name + ": scale_backprop");
-  Check(NormwiseError(got.doffset, ref.doffset) <= kGpuSumTolerance, name + ": offset_backprop");
+  Check(NormwiseError(got.dx, ref.dx) <= DxTolerance<T>(), name + ": x_backprop");
+  Check(NormwiseError(got.dscale, ref.dscale) <= kSumTolerance, name + ": scale_backprop");
+  Check(NormwiseError(got.doffset, ref.doffset) <= kSumTolerance, name + ": offset_backprop");
 }
 
 template <typename T>

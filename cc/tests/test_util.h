@@ -71,6 +71,19 @@ inline Params ParamsOf(const Case& k) {
   return p;
 }
 
+// Every implementation evaluates in double and rounds once, so two of them may differ by one
+// rounding of T: two units of T's precision, normwise, leaves room for either direction.
+template <typename T>
+double DxTolerance();
+template <>
+inline double DxTolerance<float>() { return 0x1p-22; }
+template <>
+inline double DxTolerance<Half>() { return 0x1p-9; }
+template <>
+inline double DxTolerance<BFloat16>() { return 0x1p-6; }
+// The per-channel sums are float32 outputs of double sums: two float units, normwise.
+constexpr double kSumTolerance = 0x1p-22;
+
 // Inputs of one case, with dy and x already rounded to T.
 template <typename T>
 struct Inputs {
