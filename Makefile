@@ -7,6 +7,9 @@
 PYTHON     ?= python3
 VENV       ?= .venv
 TF_PACKAGE ?= tensorflow-cpu==2.21.0
+# Keras 2, for the tests of Keras' fused BatchNormalization (Keras 3 has no fused path). Without
+# its dependencies: it asks for the `tensorflow` package, which TF_PACKAGE already provides.
+TF_KERAS_PACKAGE ?= tf_keras==2.21.0
 CXX        ?= g++
 # nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
 NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
@@ -40,6 +43,7 @@ $(DEPS):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=64" wheel
 	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest
+	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
 	touch $@
 
 # An editable install: the library is built in place and the package imports from the checkout.

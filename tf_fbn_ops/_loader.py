@@ -1,13 +1,22 @@
-"""Finds the op library next to this file and loads it into TensorFlow, once, on first use."""
+"""Finds the op library next to this file and loads it into TensorFlow, once.
+
+`import tf_fbn_ops` alone imports nothing heavy. The library is loaded as soon as both
+tf_fbn_ops and TensorFlow are imported, whichever comes second, so that graphs and SavedModels
+holding the shim's ops can be loaded right after the two imports; or, at the latest, on first
+use. Loading also registers the ops' gradients and vectorization rules.
+"""
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import sys
 import threading
 from types import ModuleType
 
 _LIBRARY_NAME = "_fbn_ops.so"
-_lock = threading.Lock()
+_lock = threading.RLock()
 _module: ModuleType | None = None
 
 
@@ -40,7 +49,11 @@ def load_library() -> ModuleType:
     if _module is None:
         with _lock:
             if _module is None:
-                _module = _load()
+                module = _load()
+                from tf_fbn_ops import _registrations  # noqa: PLC0415 - needs TensorFlow
+
+                _registrations.register_all()
+                _module = module
     return _module
 
 
@@ -65,3 +78,39 @@ def _load() -> ModuleType:
         raise LibraryVersionError(
             f"tf_fbn_ops could not load {path} (built against TensorFlow {built}) into "
             f"TensorFlow {tf.__version__}: {e.message}. {rebuild}") from e
+
+
+def _load_quietly() -> None:
+    """Loads now if possible; a failure is kept for the first explicit use to report."""
+    try:
+        load_library()
+    except ImportError:
+        pass
+
+
+class _LoadAfterTensorFlowImport(importlib.abc.MetaPathFinder):
+    """Loads the library right after `import tensorflow` finishes (then removes itself)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            _load_quietly()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def load_when_tensorflow_is_imported() -> None:
+    """Called once by `import tf_fbn_ops`."""
+    if "tensorflow" in sys.modules:
+        _load_quietly()
+    elif not any(isinstance(f, _LoadAfterTensorFlowImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _LoadAfterTensorFlowImport())
