@@ -138,16 +138,34 @@ struct Args {
   double* coef;           // [3][C]: c1, mean(dy), c2 (training)
 };
 
+// Channels last: this thread's V channels and rows [begin, end) step `step` of its block.
+struct RowTile {
+  int64_t c0, begin, end;
+  int row_lane;  // thread's first row within the block
+  int step;      // rows between this thread's rows
+  template <typename T>
+  __device__ RowTile(const Args<T>& a, int lanes_x, int V) {
+    row_lane = threadIdx.x / lanes_x;
+    step = kThreads / lanes_x;
+    c0 = (static_cast<int64_t>(blockIdx.x) * lanes_x + threadIdx.x % lanes_x) * V;
+    begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block + row_lane;
+    end = min(a.rest, static_cast<int64_t>(blockIdx.y) * a.rows_per_block + a.rows_per_block);
+  }
+};
+
+// Channels first: offset of channel c's element e, counted in (n, s) order.
+template <typename T>
+__device__ __forceinline__ int64_t ChannelsFirstOffset(const Args<T>& a, int64_t c, int64_t e) {
+  const int64_t n = e / a.spatial;
+  return (n * a.channels + c) * a.spatial + (e - n * a.spatial);
+}
+
 template <typename T, int V, bool kInference>
 __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes_x) {
   __shared__ double shared[kThreads];
-  const int tx = threadIdx.x % lanes_x;
-  const int ty = threadIdx.x / lanes_x;
-  const int lanes_y = kThreads / lanes_x;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * lanes_x + tx) * V;
+  const RowTile tile(a, lanes_x, V);
+  const int64_t c0 = tile.c0;
   const bool active = c0 < a.channels;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
-  const int64_t r1 = min(a.rest, r0 + a.rows_per_block);
   Accumulator<V> acc;
   if (active) {
     double mean[V], k[V];
@@ -155,7 +173,7 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
       mean[j] = a.t.mean[c0 + j];
       k[j] = kInference ? a.t.scale[c0 + j] * a.p.InvStd(a.t.variance[c0 + j]) : 0.0;
     }
-    for (int64_t r = r0 + ty; r < r1; r += lanes_y) {
+    for (int64_t r = tile.begin; r < tile.end; r += tile.step) {
       const int64_t offset = r * a.channels + c0;
       const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
       const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
@@ -171,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
   for (int j = 0; j < V; ++j) {
     const double sum_dy = BlockSum(acc.dy[j], shared, lanes_x);
     const double sum_dy_xc = BlockSum(acc.dy_xc[j], shared, lanes_x);
-    if (ty == 0 && active) {
+    if (tile.row_lane == 0 && active) {
       a.partial_dy[blockIdx.y * a.channels + c0 + j] = sum_dy;
       a.partial_dy_xc[blockIdx.y * a.channels + c0 + j] = sum_dy_xc;
     }
@@ -190,8 +208,7 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a) {
   // e counts channel c's elements in (n, s) order; S is a multiple of V.
   for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
        e += static_cast<int64_t>(kThreads) * V) {
-    const int64_t n = e / a.spatial;
-    const int64_t offset = (n * a.channels + c) * a.spatial + (e - n * a.spatial);
+    const int64_t offset = ChannelsFirstOffset(a, c, e);
     const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
     const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
     Vec<T, V> dx;
@@ -248,13 +265,9 @@ __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes_x) {
-  const int tx = threadIdx.x % lanes_x;
-  const int ty = threadIdx.x / lanes_x;
-  const int lanes_y = kThreads / lanes_x;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * lanes_x + tx) * V;
+  const RowTile tile(a, lanes_x, V);
+  const int64_t c0 = tile.c0;
   if (c0 >= a.channels) return;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
-  const int64_t r1 = min(a.rest, r0 + a.rows_per_block);
   double mean[V], c1[V], dy_mean[V], c2[V];
   for (int j = 0; j < V; ++j) {
     mean[j] = a.t.mean[c0 + j];
@@ -262,7 +275,7 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lan
     dy_mean[j] = a.coef[a.channels + c0 + j];
     c2[j] = a.coef[2 * a.channels + c0 + j];
   }
-  for (int64_t r = r0 + ty; r < r1; r += lanes_y) {
+  for (int64_t r = tile.begin; r < tile.end; r += tile.step) {
     const int64_t offset = r * a.channels + c0;
     const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
     const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
@@ -285,8 +298,7 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a) {
   const double c2 = a.coef[2 * a.channels + c];
   for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
        e += static_cast<int64_t>(kThreads) * V) {
-    const int64_t n = e / a.spatial;
-    const int64_t offset = (n * a.channels + c) * a.spatial + (e - n * a.spatial);
+    const int64_t offset = ChannelsFirstOffset(a, c, e);
     const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
     const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
     Vec<T, V> dx;

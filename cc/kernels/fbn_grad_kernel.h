@@ -85,6 +85,28 @@ class FbnFusedBatchNormGradOp : public OpKernel {
   GradAttrs attrs_;
 };
 
+// Registers the three ops on one device, for the same types as TensorFlow's: V1 for float; V2
+// and V3 for float, half and bfloat16, with U = float.
+#define FBN_REGISTER_GRAD_KERNELS(DEVICE_NAME, DeviceTag)                                       \
+  REGISTER_KERNEL_BUILDER(                                                                 \
+      Name("FbnFusedBatchNormGrad").Device(DEVICE_NAME).TypeConstraint<float>("T"),        \
+      ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, float>);                  \
+  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, float);                                          \
+  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, Eigen::half);                                    \
+  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, Eigen::bfloat16)
+
+#define FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, T)                                           \
+  REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGradV2")                                  \
+                              .Device(DEVICE_NAME)                                         \
+                              .TypeConstraint<T>("T")                                      \
+                              .TypeConstraint<float>("U"),                                 \
+                          ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, T>);  \
+  REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGradV3")                                  \
+                              .Device(DEVICE_NAME)                                         \
+                              .TypeConstraint<T>("T")                                      \
+                              .TypeConstraint<float>("U"),                                 \
+                          ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, T>)
+
 }  // namespace fbn_kernels
 }  // namespace tensorflow
 

@@ -16,21 +16,7 @@ struct BatchNormGradFunctor<CPUDevice, T> {
   }
 };
 
-#define FBN_REGISTER_CPU(OP, T)                                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(OP).Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<float>("U"),       \
-      FbnFusedBatchNormGradOp<CPUDevice, T>)
-
-REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGrad").Device(DEVICE_CPU).TypeConstraint<float>("T"),
-                        FbnFusedBatchNormGradOp<CPUDevice, float>);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV2", float);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV2", Eigen::half);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV2", Eigen::bfloat16);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV3", float);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV3", Eigen::half);
-FBN_REGISTER_CPU("FbnFusedBatchNormGradV3", Eigen::bfloat16);
-
-#undef FBN_REGISTER_CPU
+FBN_REGISTER_GRAD_KERNELS(DEVICE_CPU, CPUDevice);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

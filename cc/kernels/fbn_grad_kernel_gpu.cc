@@ -38,21 +38,7 @@ struct BatchNormGradFunctor<GpuDevice, T> {
   }
 };
 
-#define FBN_REGISTER_GPU(OP, T)                                                            \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name(OP).Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<float>("U"),       \
-      FbnFusedBatchNormGradOp<GpuDevice, T>)
-
-REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGrad").Device(DEVICE_GPU).TypeConstraint<float>("T"),
-                        FbnFusedBatchNormGradOp<GpuDevice, float>);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", float);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", Eigen::half);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV2", Eigen::bfloat16);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", float);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", Eigen::half);
-FBN_REGISTER_GPU("FbnFusedBatchNormGradV3", Eigen::bfloat16);
-
-#undef FBN_REGISTER_GPU
+FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuDevice);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

@@ -191,6 +191,20 @@ inline bool AllZero(const std::vector<float>& v) {
   return std::all_of(v.begin(), v.end(), [](float f) { return f == 0.0f; });
 }
 
+// An empty input must give zero scale/offset gradients: `run(params, inputs, outputs)` computes
+// into outputs pre-filled with 7s and returns false on a failure of its own.
+template <typename T, typename Run>
+void CheckEmptyInput(const Shape& shape, Run&& run) {
+  Params p;
+  p.shape = shape;
+  Inputs<T> in(Case{shape, true, 0.0f}, 1);
+  Outputs<T> out(shape);
+  std::fill(out.dscale.begin(), out.dscale.end(), 7.0f);
+  std::fill(out.doffset.begin(), out.doffset.end(), 7.0f);
+  Check(run(p, in, &out) && AllZero(out.dscale) && AllZero(out.doffset),
+        std::string(TypeName<T>()) + ": empty input gives zero scale/offset grads");
+}
+
 }  // namespace testing
 }  // namespace fbn
 
