@@ -1,8 +1,11 @@
 # tf-fbn-ops: two commands do everything on a fresh machine with Python 3 and g++.
 #   make demo   virtual environment + TensorFlow + build, then the main job (a parity table)
-#   make test   the same set-up, then the C++ core tests and the whole pytest suite
+#   make test   the same set-up, then the C++ core tests (CPU; CUDA where nvcc exists), the
+#               sanitizer run and the whole pytest suite
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
-# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), clean.
+# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), sanitize (ASan+UBSan
+# build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
+# differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), clean.
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -26,12 +29,12 @@ CORE_TEST := build/core_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 
-.PHONY: demo test lib core-test gpu-test gpu-bench clean
+.PHONY: demo test lib core-test gpu-test gpu-bench sanitize fuzz test-large clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test $(if $(NVCC),gpu-test)
+test: lib core-test $(if $(NVCC),gpu-test) sanitize
 	$(PY) -m pytest -q -rs tests
 
 lib: $(LIBRARY)
@@ -42,7 +45,7 @@ core-test: $(CORE_TEST)
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=64" wheel
-	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest
+	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest hypothesis
 	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
 	touch $@
 
@@ -72,6 +75,37 @@ $(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_gpu.cu benchmarks/gpu_bench.cu -o $@
+
+# Sanitizers: any report aborts. Python and TensorFlow are not instrumented, so the runtimes are
+# preloaded and leak checking (Python's own "leaks" at exit) is off.
+SANITIZE_DIR := build/sanitize
+# The tests run from inside the sanitized build, so that its tf_fbn_ops is the one imported
+# (Python puts the working directory first); the run checks that before testing.
+SANITIZE_ENV := LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so):$$($(CXX) -print-file-name=libubsan.so)" \
+                ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+                UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_fuzz.py test_api.py \
+                  test_parity.py) -k "not 1000x1000"
+
+sanitize: $(DEPS)
+	mkdir -p $(SANITIZE_DIR)
+	$(CXX) -std=c++17 -O1 -Wall -Wextra -I. -pthread -fsanitize=address,undefined \
+	    -fno-sanitize-recover=all -fno-omit-frame-pointer -g cc/core/*.cc cc/tests/core_test.cc \
+	    -o $(SANITIZE_DIR)/core_test
+	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
+	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
+	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
+	    --build-temp $(SANITIZE_DIR)/temp
+	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -c "import tf_fbn_ops as t; \
+	    assert '/build/sanitize/' in t.library_path(), t.library_path(); print(t.library_path())"
+	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
+	    --rootdir=$(CURDIR) $(SANITIZE_TESTS)
+
+fuzz: lib
+	$(PY) tests/fuzz_long.py 100000
+
+test-large: lib
+	$(PY) -m pytest -q -rs tests/large_tensor_check.py
 
 clean:
 	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py

@@ -35,17 +35,23 @@ def batch_norm_grad(
     channels = xs.shape[-1]
     rest = int(np.prod(xs.shape[:-1]))
     dy2 = dy.reshape(rest, channels)
-    xc = xs.reshape(rest, channels) - np.asarray(mean, np.float64)
-    inv_std = 1.0 / np.sqrt(np.asarray(variance, np.float64) + float(np.float32(epsilon)))
+    with np.errstate(all="ignore"):  # inf - inf and negative variances give NaN, as in TF
+        xc = xs.reshape(rest, channels) - np.asarray(mean, np.float64)
+        inv_std = 1.0 / np.sqrt(np.asarray(variance, np.float64) + float(np.float32(epsilon)))
     scale64 = np.asarray(scale, np.float64)
 
-    offset_backprop = dy2.sum(axis=0)
-    sum_dy_xc = (dy2 * xc).sum(axis=0)
-    scale_backprop = sum_dy_xc * inv_std
-    if is_training and rest > 0:
-        dx = scale64 * inv_std * (dy2 - offset_backprop / rest
-                                  - xc * inv_std**2 * (sum_dy_xc / rest))
-    else:
-        dx = dy2 * (scale64 * inv_std)
+    # Grouped exactly as TensorFlow's expressions, so infinities and NaNs propagate alike.
+    with np.errstate(all="ignore"):
+        offset_backprop = dy2.sum(axis=0)
+        sum_dy_xc = (dy2 * xc).sum(axis=0)
+        if is_training:
+            scale_backprop = (dy2 * (xc * inv_std)).sum(axis=0)
+        else:
+            scale_backprop = sum_dy_xc * inv_std
+        if is_training and rest > 0:
+            coef2 = inv_std * inv_std * (sum_dy_xc / rest)
+            dx = (scale64 * inv_std) * ((dy2 - offset_backprop / rest) - xc * coef2)
+        else:
+            dx = dy2 * (inv_std * scale64)
     x_backprop = np.moveaxis(dx.reshape(dy.shape), -1, axis)
     return x_backprop, scale_backprop, offset_backprop

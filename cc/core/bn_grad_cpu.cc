@@ -14,6 +14,7 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/float16_convert.h"
+#include "cc/core/ieee_arithmetic.h"
 
 namespace fbn {
 namespace {
@@ -121,10 +122,11 @@ void SumRun(const T* dy, const T* x, T* dx, double mean, double k, int64_t lengt
   }
 }
 
-// Per-channel coefficients of the training dx: dx = c1 · (dy − dy_mean) − c2 · (x − mean).
-// Like the sums, dx is evaluated in double and rounded once to T, so every element is within
-// half a unit of T (plus ~1e-16 relative) of the exact result, for any input: accuracy that
-// does not depend on cancellation luck.
+// Per-channel coefficients of the training dx, grouped exactly as TensorFlow's expression
+// (so infinities and NaNs propagate the same way): dx = c1 * ((dy - dy_mean) - (x - mean) * c2)
+// with c1 = scale / std and c2 = mean(dy * (x - mean)) / var. Like the sums, dx is evaluated in
+// double and rounded once to T, so every element is within half a unit of T (plus ~1e-16
+// relative) of the exact result, for any input: accuracy that does not depend on luck.
 struct TrainingCoefficients {
   std::vector<double> c1, dy_mean, c2;
   explicit TrainingCoefficients(int64_t channels)
@@ -140,8 +142,8 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, const float* mean,
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t row = r * channels;
     for (int64_t c = 0; c < channels; ++c) {
-      const double v = c1[c] * (Wide(ToFloat(dy[row + c])) - dy_mean[c]) -
-                       c2[c] * (Wide(ToFloat(x[row + c])) - Wide(mean[c]));
+      const double v = c1[c] * ((Wide(ToFloat(dy[row + c])) - dy_mean[c]) -
+                                (Wide(ToFloat(x[row + c])) - Wide(mean[c])) * c2[c]);
       dx[row + c] = FromDouble<T>(v);
     }
   }
@@ -151,18 +153,38 @@ template <typename T>
 void TrainingDxRun(const T* dy, const T* x, T* dx, double mean, double c1, double dy_mean,
                    double c2, int64_t length) {
   for (int64_t i = 0; i < length; ++i) {
-    const double v = c1 * (Wide(ToFloat(dy[i])) - dy_mean) - c2 * (Wide(ToFloat(x[i])) - mean);
+    const double v = c1 * ((Wide(ToFloat(dy[i])) - dy_mean) - (Wide(ToFloat(x[i])) - mean) * c2);
     dx[i] = FromDouble<T>(v);
   }
 }
 
-// Runs units [0, count) through the pool, or inline when the whole call is tiny.
+// Training's scale gradient with TensorFlow's grouping, sum of dy * ((x - mean) * inv_std), for a
+// channel whose inv_std is infinite: factoring inv_std out of the sum (the fast path) would turn
+// TF's per-term infinities and NaNs into a different result. Serial; only for var + eps == 0.
+template <typename T>
+double ScaledSumInTensorFlowOrder(const Shape& s, const Tensors<T>& t, int64_t c, double inv_std) {
+  double sum = 0.0;
+  for (int64_t e = 0; e < s.rest(); ++e) {
+    const int64_t k = s.channels_last ? e * s.channels + c
+                                      : ((e / s.spatial) * s.channels + c) * s.spatial +
+                                            e % s.spatial;
+    sum += Wide(ToFloat(t.y_backprop[k])) * ((Wide(ToFloat(t.x[k])) - Wide(t.mean[c])) * inv_std);
+  }
+  return sum;
+}
+
+// Runs units [0, count) through the pool, or inline when the whole call is tiny; in IEEE
+// arithmetic on whichever thread runs them.
 void RunUnits(const Plan& plan, const ParallelFor& parallel_for, const RangeFn& fn) {
   const int64_t count = plan.units();
   if (plan.shape.elements() <= kInlineElements) {
     fn(0, count);
   } else {
-    parallel_for(count, plan.unit_elements() * kCyclesPerElement, fn);
+    parallel_for(count, plan.unit_elements() * kCyclesPerElement,
+                 [&fn](int64_t begin, int64_t end) {
+                   ScopedIeeeArithmetic ieee;
+                   fn(begin, end);
+                 });
   }
 }
 
@@ -176,6 +198,7 @@ ParallelFor SerialFor() {
 
 template <typename T>
 void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
+  ScopedIeeeArithmetic ieee;
   const Shape s = params.shape.canonical();
   const int64_t channels = s.channels;
   if (s.elements() == 0) {
@@ -190,7 +213,7 @@ void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelF
   // Inference: dx = dy · k with k = scale / sqrt(var + eps), known before any sum.
   std::vector<double> k(params.is_training ? 0 : channels);
   for (int64_t c = 0; c < static_cast<int64_t>(k.size()); ++c) {
-    k[c] = t.scale[c] * inv_std[c];
+    k[c] = inv_std[c] * t.scale[c];
   }
 
   // Sweep 1: partial sums per (block, channel): partial[(b * 2 + 0) * C + c] = Σ dy,
@@ -233,10 +256,12 @@ void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelF
     t.offset_backprop[c] = static_cast<float>(sum_dy);
     t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std[c]);
     if (params.is_training) {
-      const double c1 = t.scale[c] * inv_std[c];
-      coef.c1[c] = c1;
+      if (std::isinf(inv_std[c])) {  // var + eps == 0: only TF's order gives TF's inf/NaN
+        t.scale_backprop[c] = static_cast<float>(ScaledSumInTensorFlowOrder(s, t, c, inv_std[c]));
+      }
+      coef.c1[c] = t.scale[c] * inv_std[c];
       coef.dy_mean[c] = sum_dy / rest;
-      coef.c2[c] = c1 * inv_std[c] * inv_std[c] * (sum_dy_xc / rest);
+      coef.c2[c] = inv_std[c] * inv_std[c] * (sum_dy_xc / rest);
     }
   }
   if (!params.is_training) return;

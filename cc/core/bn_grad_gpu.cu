@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
     double mean[V], k[V];
     for (int j = 0; j < V; ++j) {
       mean[j] = a.t.mean[c0 + j];
-      k[j] = kInference ? a.t.scale[c0 + j] * a.p.InvStd(a.t.variance[c0 + j]) : 0.0;
+      k[j] = kInference ? a.p.InvStd(a.t.variance[c0 + j]) * a.t.scale[c0 + j] : 0.0;
     }
     for (int64_t r = tile.begin; r < tile.end; r += tile.step) {
       const int64_t offset = r * a.channels + c0;
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a) {
   const int64_t begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
   const int64_t end = min(a.rest, begin + a.rows_per_block);
   const double mean = a.t.mean[c];
-  const double k = kInference ? a.t.scale[c] * a.p.InvStd(a.t.variance[c]) : 0.0;
+  const double k = kInference ? a.p.InvStd(a.t.variance[c]) * a.t.scale[c] : 0.0;
   Accumulator<V> acc;
   // e counts channel c's elements in (n, s) order; S is a multiple of V.
   for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
@@ -248,19 +248,30 @@ __global__ void __launch_bounds__(kThreads) Finalize(Args<T> a, int64_t row_bloc
   a.t.offset_backprop[c] = static_cast<float>(sum_dy);
   a.t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
   if (a.p.is_training) {
+    if (isinf(inv_std)) {
+      // var + eps == 0: TensorFlow scales inside the sum, and only that order gives its
+      // infinities and NaNs. Serial over the channel; never taken for finite statistics.
+      double scaled = 0.0;
+      for (int64_t e = 0; e < a.rest; ++e) {
+        const int64_t k = a.p.shape.channels_last ? e * a.channels + c
+                                                  : ChannelsFirstOffset(a, c, e);
+        scaled += Load(a.t.y_backprop[k]) * ((Load(a.t.x[k]) - a.t.mean[c]) * inv_std);
+      }
+      a.t.scale_backprop[c] = static_cast<float>(scaled);
+    }
+    // dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), grouped as TensorFlow's expression.
     const double rest = static_cast<double>(a.rest);
-    const double c1 = a.t.scale[c] * inv_std;
-    a.coef[c] = c1;
+    a.coef[c] = a.t.scale[c] * inv_std;
     a.coef[a.channels + c] = sum_dy / rest;
-    a.coef[2 * a.channels + c] = c1 * inv_std * inv_std * (sum_dy_xc / rest);
+    a.coef[2 * a.channels + c] = inv_std * inv_std * (sum_dy_xc / rest);
   }
 }
 
-// dx = c1 * (dy - mean(dy)) - c2 * (x - mean), centred before scaling for accuracy.
+// dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), centred before scaling for accuracy.
 template <typename T>
 __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double c1,
                                         double dy_mean, double c2) {
-  return Round<T>(c1 * (dy - dy_mean) - c2 * (x - mean));
+  return Round<T>(c1 * ((dy - dy_mean) - (x - mean) * c2));
 }
 
 template <typename T, int V>

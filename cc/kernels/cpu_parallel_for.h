@@ -9,9 +9,7 @@ namespace tensorflow {
 namespace fbn_kernels {
 
 // Runs the core's work units on the op's intra-op pool (the one
-// tf.config.threading.set_intra_op_parallelism_threads sizes). Each unit runs with the calling
-// thread's floating-point control state (flush-to-zero, denormals-are-zero, rounding), so a
-// result never depends on which thread ran which unit.
+// tf.config.threading.set_intra_op_parallelism_threads sizes).
 fbn::ParallelFor IntraOpParallelFor(OpKernelContext* ctx);
 
 }  // namespace fbn_kernels

@@ -1,0 +1,34 @@
+"""A short differential fuzz run against tf.raw_ops; `make fuzz` runs a long one."""
+
+import numpy as np
+from hypothesis import HealthCheck, example, given, settings
+
+from differential import Case, cases, check
+
+_F = np.float32
+
+
+def _one_element_case(is_training: bool, dy: float, scale: float, mean: float) -> Case:
+    values = {"y_backprop": np.full((1, 1, 1, 1), dy, _F),
+              "x": np.full((1, 1, 1, 1), 0.12573022, _F), "scale": np.array([scale], _F),
+              "reserve_space_1": np.array([mean], _F),
+              "reserve_space_2": np.array([0.6257302], _F)}
+    return Case("V1", "float32", "float32", "float32", (1, 1, 1, 1), (1, 1, 1, 1),
+                ((1,), (1,), (1,), (0,)), "NHWC", is_training, 1e-3, values)
+
+
+# Cases the long run found, kept as regressions: a denormal scale and dy under TensorFlow's
+# flush-to-zero thread mode, and an infinite scale (grouping of the dx expression).
+REGRESSIONS = [_one_element_case(True, 1e15, 1e-45, 1e15),
+               _one_element_case(False, -4e-45, 0.12573022, 0.12573022),
+               _one_element_case(True, 0.12573022, np.inf, 0.00012573)]
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases())
+@example(REGRESSIONS[0])
+@example(REGRESSIONS[1])
+@example(REGRESSIONS[2])
+def test_shim_agrees_with_tf_raw_ops(case) -> None:
+    check(case)
