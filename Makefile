@@ -5,7 +5,8 @@
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
 # its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), sanitize (ASan+UBSan
 # build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
-# differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), clean.
+# differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
+# (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build), clean.
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -29,7 +30,8 @@ CORE_TEST := build/core_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 
-.PHONY: demo test lib core-test gpu-test gpu-bench sanitize fuzz test-large clean
+.PHONY: demo test lib core-test gpu-test gpu-bench sanitize fuzz test-large tf-matrix \
+        bazel-test clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
@@ -106,6 +108,24 @@ fuzz: lib
 
 test-large: lib
 	$(PY) -m pytest -q -rs tests/large_tensor_check.py
+
+tf-matrix:
+	$(PYTHON) tools/tf_matrix.py
+
+# Bazel (Debian's bazel-bootstrap 4.2.3, offline): the core test and the parity smoke test
+# through the Bazel-built library, CPU and (where nvcc exists) CUDA variants.
+BAZEL       ?= bazel
+SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
+BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) \
+               --test_env=PATH=$(abspath $(VENV))/bin:/usr/bin:/bin
+BAZEL_TESTS := //:core_test //:parity_smoke_test
+
+bazel-test: $(DEPS)
+	command -v $(BAZEL) >/dev/null || $(SUDO) apt-get install -y -q bazel-bootstrap || \
+	    { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q bazel-bootstrap; }
+	$(BAZEL) test $(BAZEL_FLAGS) $(BAZEL_TESTS)
+	$(if $(NVCC),$(BAZEL) test $(BAZEL_FLAGS) --repo_env=TF_NEED_CUDA=1 $(BAZEL_TESTS))
+	$(BAZEL) shutdown
 
 clean:
 	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py

@@ -25,7 +25,12 @@ class LibraryVersionError(ImportError):
 
 
 def library_path() -> str:
-    """Absolute path of the op library, for ``tf.load_op_library``."""
+    """Absolute path of the op library, for ``tf.load_op_library``: the one built next to this
+    file, or the file named by the TF_FBN_OPS_LIBRARY environment variable (a library built
+    elsewhere, for example by Bazel)."""
+    override = os.environ.get("TF_FBN_OPS_LIBRARY")
+    if override:
+        return os.path.abspath(override)
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
 
 
@@ -62,6 +67,8 @@ def _load() -> ModuleType:
 
     path = library_path()
     built = built_tensorflow_version()
+    if os.environ.get("TF_FBN_OPS_LIBRARY"):
+        built = tf.__version__  # chosen explicitly; a mismatch still fails at load, below
     if not os.path.exists(path) or built is None:
         raise ImportError(
             f"tf_fbn_ops: the op library {path} is not built. Build it against your TensorFlow "

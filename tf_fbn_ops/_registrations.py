@@ -6,23 +6,22 @@ Registered once, when the library is loaded (see _loader.py).
 from __future__ import annotations
 
 from tensorflow.python.framework import ops
-from tensorflow.python.ops import nn_fused_batch_norm_grad
+
+try:  # TensorFlow >= 2.13 keeps the second-order rules in their own module
+    from tensorflow.python.ops import nn_fused_batch_norm_grad as _second_order
+except ImportError:
+    from tensorflow.python.ops import nn_grad as _second_order
 
 SHIM_OPS = ("FbnFusedBatchNormGrad", "FbnFusedBatchNormGradV2", "FbnFusedBatchNormGradV3")
 
-# TensorFlow's second-order rules read only the op's inputs and attrs, which the shim's ops
-# share name for name: training recomputes the batch statistics from x, the reserve spaces get
-# no gradient, and V3 returns one more None (for reserve_space_3).
-_SECOND_ORDER = {
-    "FbnFusedBatchNormGrad": nn_fused_batch_norm_grad._FusedBatchNormGradGrad,
-    "FbnFusedBatchNormGradV2": nn_fused_batch_norm_grad._FusedBatchNormGradGradV2,
-    "FbnFusedBatchNormGradV3": nn_fused_batch_norm_grad._FusedBatchNormGradGradV3,
-}
-
 
 def _register_gradients() -> None:
-    for op_type, grad_fn in _SECOND_ORDER.items():
-        ops.RegisterGradient(op_type)(grad_fn)
+    """TensorFlow's second-order rules read only the op's inputs and attrs, which the shim's
+    ops share name for name: training recomputes the batch statistics from x, the reserve
+    spaces get no gradient, and V3 returns one more None (for reserve_space_3)."""
+    for op_type, rule in zip(SHIM_OPS, ("_FusedBatchNormGradGrad", "_FusedBatchNormGradGradV2",
+                                        "_FusedBatchNormGradGradV3")):
+        ops.RegisterGradient(op_type)(getattr(_second_order, rule))
 
 
 def _register_vectorization() -> None:

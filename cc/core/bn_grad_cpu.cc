@@ -26,7 +26,7 @@ constexpr int64_t kUnitElements = int64_t{1} << 15;
 constexpr int64_t kMaxBlocks = 64;
 // Calls this small run on the calling thread: a pool dispatch would cost more than the work.
 constexpr int64_t kInlineElements = int64_t{1} << 15;
-// Independent float accumulators along a contiguous run (a multiple of any SIMD width).
+// Independent accumulators along a contiguous run (a multiple of any SIMD width).
 constexpr int kLanes = 16;
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 4;

@@ -31,7 +31,7 @@ struct CoreType<Eigen::bfloat16> {
 // Computes the three gradients on Device. Specialized per device (CPU: fbn_grad_kernel_cpu.cc).
 template <typename Device, typename T>
 struct BatchNormGradFunctor {
-  absl::Status operator()(OpKernelContext* ctx, const fbn::Params& params,
+  Status operator()(OpKernelContext* ctx, const fbn::Params& params,
                           const fbn::Tensors<typename CoreType<T>::type>& tensors);
 };
 

@@ -9,10 +9,10 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 
 template <typename T>
 struct BatchNormGradFunctor<CPUDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const fbn::Params& params,
+  Status operator()(OpKernelContext* ctx, const fbn::Params& params,
                           const fbn::Tensors<typename CoreType<T>::type>& tensors) {
     fbn::BatchNormGradCpu(params, tensors, IntraOpParallelFor(ctx));
-    return absl::OkStatus();
+    return OkStatus();
   }
 };
 

@@ -4,7 +4,6 @@
 // TensorFlow's GPU contract differs from the CPU one in one place: in training mode
 // reserve_space_2 is the inverse standard deviation 1/sqrt(var + eps) that the GPU forward
 // (cuDNN) saves, not the variance. In inference mode it is the population variance on both.
-#include "absl/strings/str_cat.h"
 #include "cc/core/bn_grad_gpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "xla/stream_executor/stream.h"
@@ -17,13 +16,13 @@ struct GpuDevice {};
 
 template <typename T>
 struct BatchNormGradFunctor<GpuDevice, T> {
-  absl::Status operator()(OpKernelContext* ctx, const fbn::Params& cpu_params,
+  Status operator()(OpKernelContext* ctx, const fbn::Params& cpu_params,
                           const fbn::Tensors<typename CoreType<T>::type>& tensors) {
     fbn::Params params = cpu_params;
     params.saved_inv_std = params.is_training;
     stream_executor::Stream* stream =
         ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
-    if (stream == nullptr) return absl::InternalError("No GPU stream available");
+    if (stream == nullptr) return errors::Internal("No GPU stream available");
     Tensor scratch;
     const int64_t bytes = static_cast<int64_t>(fbn::GpuScratchBytes(params.shape));
     TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, TensorShape({bytes}), &scratch));
@@ -31,10 +30,10 @@ struct BatchNormGradFunctor<GpuDevice, T> {
         params, tensors, scratch.flat<int8_t>().data(),
         static_cast<fbn::GpuStream>(stream->platform_specific_handle().stream));
     if (error != 0) {
-      return absl::InternalError(absl::StrCat("CUDA error in ", ctx->op_kernel().type_string(),
-                                              ": ", fbn::GpuErrorString(error)));
+      return errors::Internal("CUDA error in ", ctx->op_kernel().type_string(), ": ",
+                              fbn::GpuErrorString(error));
     }
-    return absl::OkStatus();
+    return OkStatus();
   }
 };
 

@@ -2,29 +2,23 @@
 
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "tensorflow/core/util/tensor_format.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
 namespace {
 
-absl::Status InvalidArgument(absl::string_view a, absl::string_view b = "",
-                             absl::string_view c = "", absl::string_view d = "") {
-  return absl::InvalidArgumentError(absl::StrCat(a, b, c, d));
-}
-
 // "got A and B" checks of the per-channel inputs against the channel count of x.
-absl::Status CheckChannels(const char* name, const Tensor& t, int64_t channels) {
-  if (t.NumElements() == channels) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
+Status CheckChannels(const char* name, const Tensor& t, int64_t channels) {
+  if (t.NumElements() == channels) return OkStatus();
+  return errors::InvalidArgument(
       name, " must have the same number of elements as the channels of x, got ", t.NumElements(),
-      " and ", channels));
+      " and ", channels);
 }
 
 }  // namespace
 
-absl::Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
+Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &attrs->epsilon));
   std::string data_format;
   TF_RETURN_IF_ERROR(ctx->GetAttr("data_format", &data_format));
@@ -32,33 +26,33 @@ absl::Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
   // FormatFromString maps NDHWC to NHWC and NCDHW to NCHW; rank decides 4-D vs 5-D later.
   if (!FormatFromString(data_format, &format) ||
       (format != FORMAT_NHWC && format != FORMAT_NCHW)) {
-    return InvalidArgument("Invalid data format");
+    return errors::InvalidArgument("Invalid data format");
   }
   attrs->channels_last = format == FORMAT_NHWC;
   return ctx->GetAttr("is_training", &attrs->is_training);
 }
 
-absl::Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
+Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
                                 const Tensor& reserve_space_1, const Tensor& reserve_space_2,
                                 const GradAttrs& attrs, fbn::Shape* shape) {
   for (const Tensor* t : {&y_backprop, &x}) {
     if (t->dims() != 4 && t->dims() != 5) {
-      return InvalidArgument("input must be 4 or 5-dimensional", t->shape().DebugString());
+      return errors::InvalidArgument("input must be 4 or 5-dimensional", t->shape().DebugString());
     }
   }
   if (scale.dims() != 1) {
-    return InvalidArgument("scale must be 1-dimensional", scale.shape().DebugString());
+    return errors::InvalidArgument("scale must be 1-dimensional", scale.shape().DebugString());
   }
   if (reserve_space_1.dims() != 1) {
-    return InvalidArgument("saved mean must be 1-dimensional",
+    return errors::InvalidArgument("saved mean must be 1-dimensional",
                            reserve_space_1.shape().DebugString());
   }
   if (reserve_space_2.dims() != 1) {
-    return InvalidArgument("saved variance must be 1-dimensional",
+    return errors::InvalidArgument("saved variance must be 1-dimensional",
                            reserve_space_2.shape().DebugString());
   }
   if (x.shape() != y_backprop.shape()) {
-    return InvalidArgument("x and y_backprop must have same shape, but x has shape ",
+    return errors::InvalidArgument("x and y_backprop must have same shape, but x has shape ",
                            x.shape().DebugString(), " and y_backprop has shape ",
                            y_backprop.shape().DebugString());
   }

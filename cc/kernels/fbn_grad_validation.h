@@ -4,7 +4,6 @@
 #ifndef TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
 #define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
 
-#include "absl/status/status.h"
 #include "cc/core/bn_grad.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -19,12 +18,12 @@ struct GradAttrs {
   bool is_training = true;
 };
 
-absl::Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
+Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
 
 // Validates the five inputs TensorFlow validates (reserve_space_3 of V3 is never examined, as in
 // TensorFlow) and, on success, describes x for the core. The layout is keyed on x's rank, not on
 // the data_format string: a 5-D x is NDHWC/NCDHW whatever 4-D name the format has, as in TF.
-absl::Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
+Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
                                 const Tensor& reserve_space_1, const Tensor& reserve_space_2,
                                 const GradAttrs& attrs, fbn::Shape* shape);
 

@@ -1,0 +1,92 @@
+"""`make tf-matrix`: builds the library against every TensorFlow minor from 2.12 to 2.21 and runs
+the parity smoke test (tools/tf_matrix_smoke.py) against that version's tf.raw_ops.
+
+Each version gets a throwaway virtual environment with `tensorflow-cpu==2.N.*` for this Python
+(3.11) and its own build directory, so objects compiled against one version's headers are never
+reused for another. CPU builds (TF_FBN_OPS_CUDA=0): the CUDA core does not depend on the
+TensorFlow version. Prints a table and writes it to build/tf-matrix/results.md.
+
+Usage: python tools/tf_matrix.py [2.12 2.13 ...]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / "build" / "tf-matrix"
+VERSIONS = [f"2.{minor}" for minor in range(12, 22)]
+
+
+def run(command: list[str], log: Path, **kwargs) -> bool:
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(command) + "\n")
+        out.flush()
+        return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, **kwargs).returncode == 0
+
+
+def one_version(version: str) -> dict:
+    home = WORK / version
+    python = home / "venv" / "bin" / "python"
+    # An environment that finished installing before is reused; everything else is rebuilt.
+    reuse = (home / "venv" / ".installed").exists()
+    for stale in ([home] if not reuse else [home / "lib", home / "temp", home / "log.txt"]):
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(True)
+    home.mkdir(parents=True, exist_ok=True)
+    log = home / "log.txt"
+    row = {"version": version, "tf": "-", "build": "no", "tests": "-", "build_s": "-"}
+    if not reuse and not (run([sys.executable, "-m", "venv", str(home / "venv")], log) and
+            run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools>=64",
+                 "wheel"], log) and
+            run([str(python), "-m", "pip", "install", "-q", f"tensorflow-cpu=={version}.*"], log)):
+        row["build"] = "no TF wheel"
+        return row
+    (home / "venv" / ".installed").touch()
+    row["tf"] = subprocess.run([str(python), "-c", "import tensorflow as tf; print(tf.__version__)"],
+                               capture_output=True, text=True,
+                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip()
+    env = dict(os.environ, TF_FBN_OPS_CUDA="0")
+    start = time.time()
+    built = run([str(python), "setup.py", "-q", "build_py", "--build-lib", str(home / "lib"),
+                 "build_ext", "--build-lib", str(home / "lib"), "--build-temp",
+                 str(home / "temp")], log, cwd=ROOT, env=env)
+    row["build_s"] = f"{time.time() - start:.0f}"
+    if not built:
+        return row
+    row["build"] = "ok"
+    smoke = subprocess.run([str(python), str(ROOT / "tools" / "tf_matrix_smoke.py")],
+                           capture_output=True, text=True, cwd=home / "lib",
+                           env=dict(os.environ, PYTHONPATH=str(home / "lib")))
+    with open(log, "a") as out:
+        out.write(smoke.stdout + smoke.stderr)
+    lines = [l for l in smoke.stdout.splitlines() if l.startswith("SMOKE")]
+    row["tests"] = lines[-1].split()[1] if lines else "crashed"
+    return row
+
+
+def main(versions: list[str]) -> int:
+    WORK.mkdir(parents=True, exist_ok=True)
+    rows = []
+    header = "| TensorFlow | installed | build | smoke tests passed | build time (s) |"
+    print(header, flush=True)
+    for version in versions:
+        row = one_version(version)
+        rows.append(row)
+        print(f"| {row['version']} | {row['tf']} | {row['build']} | {row['tests']} | "
+              f"{row['build_s']} |", flush=True)
+    table = [header, "|---|---|---|---|---|"] + [
+        f"| {r['version']} | {r['tf']} | {r['build']} | {r['tests']} | {r['build_s']} |"
+        for r in rows]
+    (WORK / "results.md").write_text("\n".join(table) + "\n")
+    ok = all(r["build"] == "ok" and r["tests"].split("/")[0] == r["tests"].split("/")[-1]
+             for r in rows)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or VERSIONS))

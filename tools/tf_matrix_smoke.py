@@ -1,0 +1,83 @@
+"""Parity smoke test against the installed TensorFlow's tf.raw_ops (run by tools/tf_matrix.py
+in each version's environment; needs only NumPy and TensorFlow): all three ops, float32 and
+float16/bfloat16, NHWC and NCHW, training and inference. A case passes when the shim's error
+against a float64 oracle is at most TensorFlow's plus one unit of the output type. Prints
+"SMOKE passed/total" and exits non-zero on any failure.
+
+Usage: python tf_matrix_smoke.py [LIBRARY.so]  (a library built elsewhere, e.g. by Bazel)
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if len(sys.argv) > 1:
+    os.environ["TF_FBN_OPS_LIBRARY"] = os.path.abspath(sys.argv[1])
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import tf_fbn_ops  # noqa: E402
+from tf_fbn_ops import reference  # noqa: E402
+
+UNIT = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+OPS = [("V1", ("float32",)), ("V2", ("float32", "float16", "bfloat16")),
+       ("V3", ("float32", "float16", "bfloat16"))]
+
+
+def run_case(op, dtype, data_format, is_training, rng):
+    shape = (4, 6, 5, 8) if data_format == "NHWC" else (4, 8, 6, 5)
+    kwargs = {"y_backprop": tf.cast(rng.standard_normal(shape), dtype),
+              "x": tf.cast(rng.standard_normal(shape) * 2 + 0.5, dtype),
+              "scale": tf.constant(rng.uniform(0.5, 1.5, 8), tf.float32),
+              "reserve_space_1": tf.constant(rng.uniform(0.3, 0.7, 8), tf.float32),
+              "reserve_space_2": tf.constant(rng.uniform(3.0, 5.0, 8), tf.float32)}
+    if op == "V3":
+        kwargs["reserve_space_3"] = tf.zeros([0])
+    attrs = dict(epsilon=1e-3, data_format=data_format, is_training=is_training)
+    shim = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
+            "V3": tf_fbn_ops.fused_batch_norm_grad_v3}[op]
+    builtin = getattr(tf.raw_ops, {"V1": "FusedBatchNormGrad", "V2": "FusedBatchNormGradV2",
+                                   "V3": "FusedBatchNormGradV3"}[op])
+    ours = shim(**kwargs, **attrs)
+    as64 = lambda t: tf.cast(t, tf.float32).numpy().astype(np.float64)  # noqa: E731
+    oracle = reference.batch_norm_grad(*(as64(kwargs[k]) for k in (
+        "y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2")), 1e-3, data_format,
+        is_training)
+    try:
+        theirs = builtin(**kwargs, **attrs)
+    except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError):
+        theirs = None  # channels-first inference, or no CPU kernel for the dtype in this TF
+    for i in range(3):
+        out_dtype = dtype if i == 0 else "float32"
+        magnitude = np.max(np.abs(oracle[i]))
+        error = np.max(np.abs(as64(ours[i]) - oracle[i]))
+        allowed = UNIT[out_dtype] * magnitude * 4 if theirs is None else \
+            np.max(np.abs(as64(theirs[i]) - oracle[i])) + UNIT[out_dtype] * magnitude
+        if not error <= allowed:
+            return f"{op} {dtype} {data_format} training={is_training} output {i}: " \
+                   f"error {error:.3g} > {allowed:.3g}"
+    return None
+
+
+def main() -> int:
+    rng = np.random.default_rng(0)
+    failures, total = [], 0
+    for op, dtypes in OPS:
+        for dtype in dtypes:
+            for data_format in ("NHWC", "NCHW"):
+                for is_training in (True, False):
+                    total += 1
+                    failure = run_case(op, dtype, data_format, is_training, rng)
+                    if failure:
+                        failures.append(failure)
+    for failure in failures:
+        print("FAIL", failure)
+    print(f"library {tf_fbn_ops.library_path()}")
+    print(f"SMOKE {total - len(failures)}/{total} TensorFlow {tf.__version__}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
