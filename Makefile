@@ -3,7 +3,8 @@
 #   make test   the same set-up, then the C++ core tests (CPU; CUDA where nvcc exists), the
 #               sanitizer run and the whole pytest suite
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
-# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), sanitize (ASan+UBSan
+# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), core-bench (the CPU
+# core alone, timed), sanitize (ASan+UBSan
 # build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
 # differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
 # (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build), clean.
@@ -30,8 +31,8 @@ CORE_TEST := build/core_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 
-.PHONY: demo test lib core-test gpu-test gpu-bench sanitize fuzz test-large tf-matrix \
-        bazel-test clean
+.PHONY: demo test lib core-test core-bench gpu-test gpu-bench sanitize fuzz test-large \
+        tf-matrix bazel-test clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
@@ -60,6 +61,13 @@ $(LIBRARY): $(DEPS) $(CC_FILES) setup.py
 $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) -std=c++17 -O2 -Wall -Wextra -I. -pthread cc/core/*.cc cc/tests/core_test.cc -o $@
+
+# Time per call of the CPU core alone (no TensorFlow), 1 and 2 threads; not a test.
+core-bench: $(CC_FILES) benchmarks/core_bench.cc
+	mkdir -p build
+	$(CXX) -std=c++17 -O3 -DNDEBUG -I. -pthread cc/core/*.cc benchmarks/core_bench.cc \
+	    -o build/core_bench
+	./build/core_bench
 
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)
