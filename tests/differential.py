@@ -28,14 +28,10 @@ import numpy as np
 import tensorflow as tf
 from hypothesis import strategies as st
 
-import tf_fbn_ops
+from tf_calls import BUILTIN, SHIM
 from parity import assert_parity
 from tf_fbn_ops import reference
 
-SHIM = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
-        "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
-BUILTIN = {"V1": tf.raw_ops.FusedBatchNormGrad, "V2": tf.raw_ops.FusedBatchNormGradV2,
-           "V3": tf.raw_ops.FusedBatchNormGradV3}
 NUMPY = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
          "float64": np.float64, "int32": np.int32}
 FORMATS = ["NHWC", "NCHW", "NDHWC", "NCDHW"]

@@ -189,13 +189,10 @@ def _train_keras_cnn(tf_keras, steps: int = 20) -> tuple[list, list, set]:
     for step in range(steps):
         batch = slice(8 * step, 8 * step + 8)
         losses.append(float(model.train_on_batch(data[batch], labels[batch])))
-    graph_def = model.train_function.get_concrete_function(
-        iter(tf.data.Dataset.from_tensors((data[:8], labels[:8])).repeat())
-    ).graph.as_graph_def() if hasattr(model.train_function, "get_concrete_function") else None
-    types = set()
-    if graph_def is not None:
-        types = {n.op for n in graph_def.node}
-        types |= {n.op for f in graph_def.library.function for n in f.node_def}
+    batches = iter(tf.data.Dataset.from_tensors((data[:8], labels[:8])).repeat())
+    graph_def = model.train_function.get_concrete_function(batches).graph.as_graph_def()
+    types = {n.op for n in graph_def.node}
+    types |= {n.op for f in graph_def.library.function for n in f.node_def}
     return losses, model.get_weights(), types
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import tf_fbn_ops
 from parity import RTOL, sum_rtol

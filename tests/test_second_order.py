@@ -7,11 +7,8 @@ import pytest
 import tensorflow as tf
 
 import tf_fbn_ops
+from tf_calls import BUILTIN, SHIM
 
-SHIM = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
-        "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
-BUILTIN = {"V1": tf.raw_ops.FusedBatchNormGrad, "V2": tf.raw_ops.FusedBatchNormGradV2,
-           "V3": tf.raw_ops.FusedBatchNormGradV3}
 CASES = [(op, dtype, fmt, training)
          for op in ("V1", "V2", "V3")
          for dtype in ((tf.float32,) if op == "V1" else (tf.float32, tf.float16))

@@ -5,12 +5,8 @@ import re
 import pytest
 import tensorflow as tf
 
-import tf_fbn_ops
+from tf_calls import BUILTIN, SHIM
 
-SHIM = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
-        "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
-BUILTIN = {"V1": tf.raw_ops.FusedBatchNormGrad, "V2": tf.raw_ops.FusedBatchNormGradV2,
-           "V3": tf.raw_ops.FusedBatchNormGradV3}
 
 
 def _trace(op: str, fn, shapes: list, data_format: str, dtype=tf.float32):

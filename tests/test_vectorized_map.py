@@ -4,10 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import tf_fbn_ops
+from tf_calls import SHIM
 
-SHIM = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
-        "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
 
 
 @pytest.mark.parametrize("op", ["V1", "V2", "V3"])

@@ -9,8 +9,10 @@ import tf_fbn_ops
 from cases import EPSILON, OPS, Case, make_inputs
 from tf_fbn_ops import reference
 
+# Op version -> the shim's wrapper and TensorFlow's raw op.
 SHIM = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
         "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
+BUILTIN = {v: getattr(tf.raw_ops, name) for v, name in OPS.items()}
 NHWC_ONLY = "only support NHWC tensor format"
 
 
@@ -33,7 +35,7 @@ def run_tf(case: Case, inputs: dict) -> tuple[list[np.ndarray], str]:
     Channels-first inference is refused by TF's stock kernel; there TF's own Python gradient
     transposes to channels last, runs the op and transposes back, so that is TF's answer too.
     """
-    op = getattr(tf.raw_ops, OPS[case.op])
+    op = BUILTIN[case.op]
     try:
         return [t.numpy() for t in op(**_kwargs(case, inputs))], "direct"
     except tf.errors.InvalidArgumentError as e:
