@@ -7,7 +7,10 @@
 # core alone, timed), sanitize (ASan+UBSan
 # build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
 # differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
-# (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build), clean.
+# (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
+# bench (the issue-5 benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
+# streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
+# installs torch and matplotlib into the venv first; results in build/bench), clean.
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -15,6 +18,10 @@ TF_PACKAGE ?= tensorflow-cpu==2.21.0
 # Keras 2, for the tests of Keras' fused BatchNormalization (Keras 3 has no fused path). Without
 # its dependencies: it asks for the `tensorflow` package, which TF_PACKAGE already provides.
 TF_KERAS_PACKAGE ?= tf_keras==2.21.0
+# Benchmark-only dependencies (make bench): PyTorch is one of the compared implementations,
+# matplotlib draws results.png.
+BENCH_PACKAGES ?= torch==2.13.0 matplotlib
+BENCH_ARGS ?=
 CXX        ?= g++
 # nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
 NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
@@ -23,8 +30,12 @@ GPU_ARCHS  ?= 75 80 86 89 90
 NVCC_FLAGS := -std=c++17 -O3 -I. --expt-relaxed-constexpr \
               $(foreach a,$(GPU_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
 
+# The core's own programs (tests, benchmarks): setup.py's language and FP-contraction flags.
+CORE_FLAGS := -std=c++17 -ffp-contract=off -I. -pthread
+
 PY      := $(VENV)/bin/python
 DEPS    := $(VENV)/.deps-installed
+BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.h')
 CORE_TEST := build/core_test
@@ -32,7 +43,7 @@ GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 
 .PHONY: demo test lib core-test core-bench gpu-test gpu-bench sanitize fuzz test-large \
-        tf-matrix bazel-test clean
+        tf-matrix bazel-test bench clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
@@ -60,12 +71,12 @@ $(LIBRARY): $(DEPS) $(CC_FILES) setup.py
 # The core needs no TensorFlow: plain g++.
 $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) -std=c++17 -O2 -Wall -Wextra -I. -pthread cc/core/*.cc cc/tests/core_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_test.cc -o $@
 
 # Time per call of the CPU core alone (no TensorFlow), 1 and 2 threads; not a test.
 core-bench: $(CC_FILES) benchmarks/core_bench.cc
 	mkdir -p build
-	$(CXX) -std=c++17 -O3 -DNDEBUG -I. -pthread cc/core/*.cc benchmarks/core_bench.cc \
+	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG cc/core/*.cc benchmarks/core_bench.cc \
 	    -o build/core_bench
 	./build/core_bench
 
@@ -99,7 +110,7 @@ SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_f
 
 sanitize: $(DEPS)
 	mkdir -p $(SANITIZE_DIR)
-	$(CXX) -std=c++17 -O1 -Wall -Wextra -I. -pthread -fsanitize=address,undefined \
+	$(CXX) $(CORE_FLAGS) -O1 -Wall -Wextra -fsanitize=address,undefined \
 	    -fno-sanitize-recover=all -fno-omit-frame-pointer -g cc/core/*.cc cc/tests/core_test.cc \
 	    -o $(SANITIZE_DIR)/core_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
@@ -119,6 +130,13 @@ test-large: lib
 
 tf-matrix:
 	$(PYTHON) tools/tf_matrix.py
+
+$(BENCH_DEPS): $(DEPS)
+	$(PY) -m pip install --quiet $(BENCH_PACKAGES)
+	touch $@
+
+bench: lib $(BENCH_DEPS)
+	$(PY) -m tf_fbn_ops bench $(BENCH_ARGS)
 
 # Bazel (Debian's bazel-bootstrap 4.2.3, offline): the core test and the parity smoke test
 # through the Bazel-built library, CPU and (where nvcc exists) CUDA variants.

@@ -38,7 +38,10 @@ SHELL_SOURCES = sorted(
     for p in (ROOT / "cc" / folder).glob("*.cc")
 )
 GPU_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_gpu.cc")]
-COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden", f"-I{ROOT}"]
+# No contraction of a*b+c into FMA: the core's CPU loops are compiled for several instruction
+# sets (cpu_loops.h) and must give the same bits in each.
+COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden",
+                "-ffp-contract=off", f"-I{ROOT}"]
 # TensorFlow's headers warn about their own deprecations; g++ 12 warns about Eigen's use of
 # hardware_destructive_interference_size. Neither is ours to fix.
 QUIET_TF_HEADERS = ["-Wno-deprecated-declarations", "-Wno-interference-size"]
@@ -190,7 +193,9 @@ setup(
     long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=[PACKAGE],
+    # The benchmark harness (python -m tf_fbn_ops bench) ships too, with its C++ streaming kernel.
+    packages=[PACKAGE, f"{PACKAGE}.bench"],
+    package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"]},
     # TensorFlow is deliberately not a requirement: pip must never swap the user's TensorFlow
     # (tensorflow vs tensorflow-cpu, or another version) for the one the library was built for.
     install_requires=["numpy"],

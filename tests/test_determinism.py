@@ -1,4 +1,5 @@
-"""Results are bit-identical for any intra-op thread count and from run to run."""
+"""Results are bit-identical for any intra-op thread count, any CPU instruction set and from
+run to run."""
 
 import os
 import subprocess
@@ -7,9 +8,12 @@ import sys
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "determinism_worker.py")
 
 
-def _digest(threads: int) -> str:
+def _digest(threads: int, isa: str | None = None) -> str:
+    env = dict(os.environ)
+    if isa is not None:
+        env["TF_FBN_OPS_CPU_ISA"] = isa  # a narrower copy of the CPU loops (cc/core/cpu_loops.h)
     result = subprocess.run([sys.executable, WORKER, str(threads)], capture_output=True,
-                            text=True, check=True, timeout=600)
+                            text=True, check=True, timeout=600, env=env)
     return result.stdout.strip().splitlines()[-1]
 
 
@@ -17,6 +21,12 @@ def test_bit_identical_for_1_2_and_4_threads() -> None:
     digests = {n: _digest(n) for n in (1, 2, 4)}
     assert len(digests[1]) == 64
     assert digests[1] == digests[2] == digests[4], digests
+
+
+def test_bit_identical_for_every_cpu_instruction_set() -> None:
+    # Copies this CPU cannot run fall back to the widest it can, which still compares equal.
+    digests = {isa: _digest(2, isa) for isa in ("baseline", "avx2", "avx512")}
+    assert digests["baseline"] == digests["avx2"] == digests["avx512"] == _digest(2), digests
 
 
 def test_bit_identical_run_to_run_in_one_process() -> None:

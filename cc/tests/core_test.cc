@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu_loops.h"
 #include "cc/core/float16_convert.h"
 #include "cc/tests/test_util.h"
 
@@ -37,6 +38,66 @@ ParallelFor ThreadedFor(int threads, int pieces) {
   };
 }
 
+// For channels on the fast path (kFastPathRest elements or more) the sums are built from float
+// terms, so their error is bounded by the terms' magnitudes, not the sum's (cpu_loops.h):
+// |error| <= 2^-20 * Σ|term| per channel. Returns the largest error / that bound, and (in
+// *float_sum_error) the normwise error of TensorFlow's arithmetic, a sequential float sum of
+// float terms, on the same data: the fast path must not be worse than that.
+template <typename T>
+double FastSumErrorRatio(const Case& k, const Inputs<T>& in, const std::vector<float>& got,
+                         const std::vector<float>& want, bool scale_sums,
+                         double* float_sum_error) {
+  const Shape& s = k.shape;
+  const Params p = ParamsOf(k);
+  double worst_ratio = 0.0, float_err = 0.0, mag = 0.0;
+  for (int64_t c = 0; c < s.channels; ++c) {
+    const double inv_std = p.InvStd(in.variance[c]);
+    double abs_terms = 0.0;
+    float sequential = 0.0f;
+    for (int64_t e = 0; e < s.rest(); ++e) {
+      const int64_t i = s.channels_last ? e * s.channels + c
+                                        : ((e / s.spatial) * s.channels + c) * s.spatial +
+                                              e % s.spatial;
+      const float dy = ToFloat(in.dy[i]);
+      const float term = scale_sums
+                             ? dy * ((ToFloat(in.x[i]) - in.mean[c]) * static_cast<float>(inv_std))
+                             : dy;
+      abs_terms += std::fabs(static_cast<double>(scale_sums ? dy * (ToFloat(in.x[i]) - in.mean[c])
+                                                            : dy)) *
+                   (scale_sums ? inv_std : 1.0);
+      sequential += term;
+    }
+    const double err = std::fabs(static_cast<double>(got[c]) - want[c]);
+    worst_ratio = std::max(worst_ratio, err / (0x1p-20 * abs_terms + 1e-300));
+    float_err = std::max(float_err, std::fabs(static_cast<double>(sequential) - want[c]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[c])));
+  }
+  *float_sum_error = mag > 0.0 ? float_err / mag : float_err;
+  return worst_ratio;
+}
+
+template <typename T>
+void CheckSums(const Case& k, const Inputs<T>& in, const Outputs<T>& fast, const Outputs<T>& ref,
+               const std::string& name) {
+  if (k.shape.rest() < kFastPathRest) {  // exact terms: one rounding of the result
+    Check(NormwiseError(fast.dscale, ref.dscale) <= kSumTolerance,
+          name + ": scale_backprop vs reference");
+    Check(NormwiseError(fast.doffset, ref.doffset) <= kSumTolerance,
+          name + ": offset_backprop vs reference");
+    return;
+  }
+  for (bool scale_sums : {true, false}) {
+    const auto& got = scale_sums ? fast.dscale : fast.doffset;
+    const auto& want = scale_sums ? ref.dscale : ref.doffset;
+    const std::string what = name + (scale_sums ? ": scale_backprop" : ": offset_backprop");
+    double float_sum_error = 0.0;
+    const double ratio = FastSumErrorRatio(k, in, got, want, scale_sums, &float_sum_error);
+    Check(ratio <= 1.0, what + " within 2^-20 * sum of |terms| (fast path)");
+    Check(NormwiseError(got, want) <= float_sum_error + kSumTolerance,
+          what + " no worse than a sequential float sum (fast path)");
+  }
+}
+
 template <typename T>
 void RunCase(const Case& k, uint32_t seed) {
   const std::string name = Describe(k, TypeName<T>());
@@ -48,10 +109,7 @@ void RunCase(const Case& k, uint32_t seed) {
   BatchNormGradCpu(p, fast.Bind(in), SerialFor());
 
   Check(NormwiseError(fast.dx, ref.dx) <= DxTolerance<T>(), name + ": x_backprop vs reference");
-  Check(NormwiseError(fast.dscale, ref.dscale) <= kSumTolerance,
-        name + ": scale_backprop vs reference");
-  Check(NormwiseError(fast.doffset, ref.doffset) <= kSumTolerance,
-        name + ": offset_backprop vs reference");
+  CheckSums(k, in, fast, ref, name);
 
   for (int threads : {2, 4}) {
     for (int pieces : {3, 64}) {
@@ -133,8 +191,61 @@ void TestConversions() {
   Check(FloatToBFloat16Bits(FloatOf(0x7f7fffffu)) == 0x7f80u, "bf16 max float rounds to Inf");
 }
 
+// Every compiled copy of the loops (portable, AVX2, AVX-512) gives the same bits, so results do
+// not depend on the CPU either. Odd sizes exercise the vector tails.
+template <typename T, typename F>
+void TestIsaCopiesAgree() {
+  const int64_t rows = 23, channels = 37, n = rows * channels;
+  std::mt19937 rng(99);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<T> dy(n), x(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dy[i] = FromFloat<T>(normal(rng));
+    x[i] = FromFloat<T>(3.0f + normal(rng));
+  }
+  // And values whose conversions are special: NaNs with payloads, infinities, subnormals of T.
+  const uint32_t specials[] = {0x7fc12345u, 0xffa00001u, 0x7f800000u, 0x00000001u, 0x33800000u,
+                               0x38000000u, 0x477ff000u, 0x47800000u};
+  for (int i = 0; i < 8; ++i) dy[5 + 40 * i] = FromFloat<T>(FloatOf(specials[i]));
+  std::vector<F> coef(4 * n);  // per column (and per channel for the runs)
+  for (F& v : coef) v = static_cast<F>(normal(rng));
+  const DxCoefficients<F> k{coef.data(), coef.data() + n, coef.data() + 2 * n, coef.data() + 3 * n};
+  struct Result {
+    std::vector<double> sums;
+    std::vector<T> dx;
+  };
+  auto run = [&](const CpuLoops<T, F>& loops) {
+    Result r{std::vector<double>(2 * channels + 2 * kLanes, 0.0), std::vector<T>(4 * n)};
+    // Rows of `channels - 2` columns, `channels` apart: a strided window.
+    loops.sum_rows(dy.data(), x.data(), channels, rows, channels - 2, coef.data(), r.sums.data(),
+                   r.sums.data() + channels);
+    LaneSums lanes;
+    lanes.Clear();
+    loops.sum_run(dy.data() + 1, x.data() + 1, coef[5], n - 1, &lanes);
+    std::copy(lanes.dy, lanes.dy + kLanes, r.sums.begin() + 2 * channels);
+    std::copy(lanes.dy_xc, lanes.dy_xc + kLanes, r.sums.begin() + 2 * channels + kLanes);
+    loops.inference_dx(dy.data() + 3, r.dx.data(), k, n - 3);
+    loops.training_dx(dy.data() + 3, x.data() + 3, r.dx.data() + n, k, n - 3);
+    loops.inference_dx_run(dy.data(), r.dx.data() + 2 * n, k, 4, n);
+    loops.training_dx_run(dy.data(), x.data(), r.dx.data() + 3 * n, k, 4, n);
+    return r;
+  };
+  const Result base = run(LoopsFor<T, F>(CpuIsa::kBaseline));
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa > DetectedCpuIsa()) continue;  // this CPU cannot run that copy
+    const Result other = run(LoopsFor<T, F>(isa));
+    const bool same =
+        std::memcmp(base.sums.data(), other.sums.data(), base.sums.size() * sizeof(double)) == 0 &&
+        std::memcmp(base.dx.data(), other.dx.data(), base.dx.size() * sizeof(T)) == 0;
+    Check(same, std::string(TypeName<T>()) + (sizeof(F) == 8 ? " exact" : " fast") +
+                    " loops: " + CpuIsaName(isa) + " copy gives the portable copy's bits");
+  }
+}
+
 template <typename T>
 void RunAllCases() {
+  TestIsaCopiesAgree<T, double>();
+  TestIsaCopiesAgree<T, float>();
   uint32_t seed = 1;
   for (const Case& k : TestCases()) RunCase<T>(k, seed++);
   for (const Shape& s : EmptyShapes()) {

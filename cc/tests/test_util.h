@@ -155,7 +155,8 @@ double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
 }
 
 // Awkward and ordinary shapes in both layouts and modes (C = 1, 3, 7, 129, 2048; S = 1;
-// R = 1; large R), plus random shapes, some with a large x mean.
+// R = 1; large R; every schedule of bn_grad_cpu.cc), plus random shapes, some with a large x
+// mean.
 inline std::vector<Case> TestCases() {
   const std::vector<Shape> shapes = {
       {1, 1, 1, true},     {1, 3, 1, true},      {2, 7, 5, true},      {3, 129, 17, true},
@@ -163,6 +164,8 @@ inline std::vector<Case> TestCases() {
       {8, 2048, 1, true},  {2, 3, 200000, true}, {1, 1, 1, false},     {1, 3, 1, false},
       {2, 7, 5, false},    {3, 129, 17, false},  {5, 3, 1, false},     {1, 1, 70001, false},
       {4, 1, 9, false},    {2, 64, 300, false},  {2, 3, 200000, false}, {7, 5, 33, false},
+      // Short planes with too many rows for one unit; short rows folded, with a remainder.
+      {3000, 4, 50, false}, {500, 3, 301, true},
   };
   std::vector<Case> cases;
   for (const Shape& s : shapes) {
