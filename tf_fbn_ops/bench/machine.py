@@ -61,6 +61,7 @@ def describe(argv: list[str]) -> dict:
         # timezone.utc rather than datetime.UTC: the package supports Python 3.9.
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(  # noqa: UP017
             timespec="seconds"),
-        "command": shlex.join([sys.executable, "-m", "tf_fbn_ops", "bench", *argv]),
+        # No interpreter path: results are committed and must not name this machine's folders.
+        "command": shlex.join(["python", "-m", "tf_fbn_ops", "bench", *argv]),
         "git_commit": git_commit(root),
     }
