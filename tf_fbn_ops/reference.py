@@ -1,13 +1,31 @@
 """A float64 NumPy oracle for the three gradients, for parity checks and the demo.
 
 It computes the exact math of TensorFlow's ops from the given inputs (mean and variance are
-used as given, never recomputed), with every sum and product in float64, so it stands for
-the true result against which both TensorFlow and tf-fbn-ops are measured.
+used as given, never recomputed), with every product in float64 and every per-channel sum
+correctly rounded (``math.fsum``), so it stands for the true result against which both
+TensorFlow and tf-fbn-ops are measured, also on ill-conditioned sums (1e15 next to 1e-3)
+where a plain float64 sum would lose the small terms.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+
+def _channel_sums(terms: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 of a [rest, channels] array, each column correctly rounded.
+
+    Columns with an infinity or NaN are summed plainly, which gives the inf or NaN that
+    TensorFlow's sum gives (``math.fsum`` would raise on inf - inf).
+    """
+    sums = terms.sum(axis=0)
+    for c in range(terms.shape[1]):
+        column = terms[:, c]
+        if np.isfinite(column).all():
+            sums[c] = math.fsum(column)
+    return sums
 
 
 def channel_axis(rank: int, data_format: str) -> int:
@@ -42,10 +60,10 @@ def batch_norm_grad(
 
     # Grouped exactly as TensorFlow's expressions, so infinities and NaNs propagate alike.
     with np.errstate(all="ignore"):
-        offset_backprop = dy2.sum(axis=0)
-        sum_dy_xc = (dy2 * xc).sum(axis=0)
+        offset_backprop = _channel_sums(dy2)
+        sum_dy_xc = _channel_sums(dy2 * xc)
         if is_training:
-            scale_backprop = (dy2 * (xc * inv_std)).sum(axis=0)
+            scale_backprop = _channel_sums(dy2 * (xc * inv_std))
         else:
             scale_backprop = sum_dy_xc * inv_std
         if is_training and rest > 0:

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
@@ -226,6 +227,23 @@ struct ColumnArrays {
   F xc_coef[kMaxUnitColumns];
 };
 
+// A double sum with a running error term (Knuth's TwoSum): exact but for the final rounding as
+// long as the error term does not overflow. Infinities and NaNs go to the sum alone, so they
+// propagate as in a plain sum. Needs IEEE arithmetic without contraction (-ffp-contract=off).
+struct CompensatedSum {
+  double sum = 0.0;
+  double error = 0.0;
+  void Add(double v) {
+    const double t = sum + v;
+    if (std::isfinite(t)) {
+      const double z = t - sum;
+      error += (sum - (t - z)) + (v - z);
+    }
+    sum = t;
+  }
+  double Value() const { return sum + error; }
+};
+
 // One call, with its arithmetic in F (double: exact loops, float: fast loops; cpu_loops.h).
 template <typename T, typename F>
 class GradComputation {
@@ -266,6 +284,14 @@ class GradComputation {
 
     RunUnits(/*reverse=*/false, [this](int64_t u) { FirstSweep(u); });
     CombineBlocks();
+    if (kExact && !plan_.fused) {  // fused units compensated their channels themselves
+      parallel_for_(C, s_.rest() * 8, [this](int64_t begin, int64_t end) {
+        ScopedIeeeArithmetic ieee;
+        for (int64_t c = begin; c < end; ++c) {
+          CompensatedChannelSums(c, &SumDy(0)[c], &SumDyXc(0)[c]);
+        }
+      });
+    }
     for (int64_t c = 0; c < C; ++c) Finish(c);
     if (training_ && !plan_.fused) {
       if (s_.channels_last) {
@@ -430,6 +456,7 @@ class GradComputation {
         sum_dy += a.sum_dy[j];
         sum_dy_xc += a.sum_dy_xc[j];
       }
+      if (kExact && plan_.fused) CompensatedChannelSums(c, &sum_dy, &sum_dy_xc);
       SumDy(b)[c] = sum_dy;
       SumDyXc(b)[c] = sum_dy_xc;
       if (training_ && plan_.fused) {
@@ -485,6 +512,7 @@ class GradComputation {
       SumDy(0)[c] = 0.0;
       SumDyXc(0)[c] = 0.0;
       lanes[c - c0].Reduce(&SumDy(0)[c], &SumDyXc(0)[c]);
+      if (kExact) CompensatedChannelSums(c, &SumDy(0)[c], &SumDyXc(0)[c]);
       if (training_) SetTrainingCoefficients(c, SumDy(0)[c], SumDyXc(0)[c]);
     }
     if (!training_) return;
@@ -542,19 +570,43 @@ class GradComputation {
     if (!plan_.fused) SetTrainingCoefficients(c, sum_dy, sum_dy_xc);
   }
 
+  // Calls fn(element index) for every element of channel c, in (n, spatial) order.
+  template <typename Fn>
+  void ForEachElement(int64_t c, Fn&& fn) const {
+    for (int64_t e = 0; e < s_.rest(); ++e) {
+      fn(s_.channels_last ? e * channels_ + c
+                          : ((e / s_.spatial) * channels_ + c) * s_.spatial + e % s_.spatial);
+    }
+  }
+
+  // The exact family's sums of channel c: every term exact in double, added with a running
+  // error term (TwoSum), so the result is within about 2^-100 of Σ|term| of the true sum and no
+  // summation order (TensorFlow's included) can be more accurate, however ill-conditioned the
+  // sum. The vectorized sweep's plain double sums can lose to a lucky order when terms of 1e15
+  // cancel. Serial, only for channels of fewer than kFastPathRest elements.
+  void CompensatedChannelSums(int64_t c, double* sum_dy, double* sum_dy_xc) const {
+    CompensatedSum dy, dy_xc;
+    const double mean = t_.mean[c];
+    ForEachElement(c, [&](int64_t i) {
+      const double d = ToFloat(t_.y_backprop[i]);
+      dy.Add(d);
+      dy_xc.Add(d * (static_cast<double>(ToFloat(t_.x[i])) - mean));
+    });
+    *sum_dy = dy.Value();
+    *sum_dy_xc = dy_xc.Value();
+  }
+
   // Σ dy · ((x − mean) · inv_std) of channel c, serially. Only for infinite inv_std.
   double ScaledSumInTfOrder(int64_t c) const {
     double sum = 0.0;
-    for (int64_t e = 0; e < s_.rest(); ++e) {
-      const int64_t k = s_.channels_last ? e * channels_ + c
-                                         : ((e / s_.spatial) * channels_ + c) * s_.spatial +
-                                               e % s_.spatial;
-      sum += static_cast<double>(ToFloat(t_.y_backprop[k])) *
-             ((static_cast<double>(ToFloat(t_.x[k])) - t_.mean[c]) * inv_std_[c]);
-    }
+    ForEachElement(c, [&](int64_t i) {
+      sum += static_cast<double>(ToFloat(t_.y_backprop[i])) *
+             ((static_cast<double>(ToFloat(t_.x[i])) - t_.mean[c]) * inv_std_[c]);
+    });
     return sum;
   }
 
+  static constexpr bool kExact = std::is_same<F, double>::value;
   const Params& params_;
   const Tensors<T>& t_;
   const ParallelFor& parallel_for_;
