@@ -1,32 +1,32 @@
-// The production CPU kernels: how the work is cut into units, in which order units run, and how
-// partial sums are combined. The innermost loops live in cpu_loops_impl.h.
+// The production CPU kernels: how the work of one call is cut into units, in which order the
+// units run, and how partial sums are combined. The innermost loops live in cpu_loops_impl.h.
 //
-// Both layouts are handled natively, never transposed. Two schedules (see Plan):
-//   matrix  the tensor as a row-major matrix whose columns each belong to one channel:
-//           channels last [R, C] (column = channel), or channels first [N, C * S] with short
-//           planes (column j = channel j / S). Loops run along rows, vectorized across columns,
-//           with per-column means, coefficients and accumulators, folded into channels at the
-//           end of a unit. Channels last folds k rows into one (k * C >= kMinRowWidth columns)
-//           so that short rows do not cost a loop start each. A unit is a block of rows times a
-//           group of channels.
-//   runs    channels first with long planes: a unit is a channel group (or a block of one
-//           channel) walked plane by plane, with scalar coefficients along each run.
-// A unit that holds all rows of its channels and fits in the L2 cache sums them and writes
-// their x_backprop right away (channels first), so main memory sees x and dy once. Otherwise
-// training makes two sweeps: sums, then x_backprop.
+// Both layouts are handled natively, never transposed, by one of three schedules:
+//   rows    channels last [R, C]: blocks of whole rows, vectorized across the channels, with
+//           per-column means, coefficients and sums. Rows narrower than kMinRowWidth are
+//           folded, k rows into one, so that short rows do not cost a loop start each.
+//   runs    channels first [N, C, S]: a unit walks each channel plane by plane.
+//   planes  channels first with planes too short for runs (S < kShortPlane): the rows loops on
+//           the [N, C * S] matrix, a unit being a group of channels whose planes make a row of
+//           at most kMaxUnitColumns columns.
+// Channels with fewer than kFastPathRest elements take the exact family of loops (see
+// cpu_loops.h) in the same shapes of units, each holding whole channels.
 //
-// Blocks depend on the shape only, each unit writes its own partial sums, and the partials are
-// combined per channel in block order. The thread count changes which thread runs a unit but
-// never the bits of the result.
+// Memory traffic is what limits these kernels, so the schedules are about bytes:
+//   - A unit that holds all of its channels' elements and whose x and dy fit in the L2 cache
+//     (kFusedUnitBytes) sums them and writes their x_backprop right away, so main memory sees
+//     x and dy once: every channels-first unit where the channels allow it.
+//   - Otherwise training makes two sweeps, sums then x_backprop; the second visits the units
+//     in reverse, starting with the data the first sweep touched last and left in the caches.
+//   - Inference needs no sums for x_backprop: one sweep computes both.
 //
-// Memory traffic is what limits these kernels, so the rest is about bytes: the second sweep
-// visits units in reverse, starting with the data the first sweep touched last and may have
-// left in the last-level cache; in inference x_backprop bypasses the caches (non-temporal
-// stores) when the tensors are too large to stay there anyway.
+// Determinism: units depend on the shape only, each unit writes its own partial sums, and
+// partials are combined per channel in unit order. The thread count changes which thread runs
+// a unit, never the bits of the result.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <type_traits>
+#include <limits>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
@@ -34,117 +34,75 @@
 #include "cc/core/float16_convert.h"
 #include "cc/core/ieee_arithmetic.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 namespace fbn {
 namespace {
 
-// About this many elements per unit of the two-sweep schedules, and per chunk that an inference
-// unit sums and then writes while the chunk is in L1/L2.
+// About this many elements per unit of work (fewer units for tiny calls).
 constexpr int64_t kUnitElements = int64_t{1} << 15;
-// Channels-last blocks are summed (and in inference written) in chunks of about this many
-// elements, which stay in L1/L2 while the column tiles go over them.
-constexpr int64_t kChunkElements = int64_t{1} << 14;
-// Upper bound on row blocks; bounds the scratch to O(C * kMaxBlocks).
+// A rows block has at least this many rows, so that its partial sums (two doubles per column)
+// stay small next to the block's own data.
+constexpr int64_t kMinBlockRows = 128;
+// Upper bound on blocks per channel: bounds the scratch to O(C * kMaxBlocks).
 constexpr int64_t kMaxBlocks = 64;
-// A unit whose x and dy fit in this many bytes (about half of a typical 1-2 MiB L2) and holds
-// all rows of its channels does both sweeps at once.
+// A unit whose x and dy fit in this many bytes (about half of a 1-2 MiB L2) and holds all
+// elements of its channels does both sweeps at once.
 constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
-// Channels-first planes shorter than this go through the matrix schedule.
-constexpr int64_t kShortPlane = 512;
-// Columns of a channels-first matrix unit (its per-column arrays live on the stack).
+// Channels-first planes shorter than this go through the planes schedule: a run would fill
+// too few of a vector's lanes.
+constexpr int64_t kShortPlane = 16;
+// Columns of a planes unit, and of an exact rows unit (their per-column arrays are on the stack).
 constexpr int64_t kMaxUnitColumns = 1024;
 // Channels-last rows are folded to at least this many columns.
 constexpr int64_t kMinRowWidth = 64;
-// x_backprop of wider rows is written this many columns at a time.
-constexpr int64_t kDxColumnTile = 512;
-// Channel groups of the runs schedule: at most this many channels, at least this many units.
+// Channels per runs unit: at most this many, and few enough to make at least kMinGroupUnits
+// units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
 constexpr int64_t kMinGroupUnits = 16;
 // Calls this small run on the calling thread: a pool dispatch would cost more than the work.
 constexpr int64_t kInlineElements = int64_t{1} << 15;
-// Inference writes x_backprop with non-temporal stores from this tensor size up: three tensors
-// of it no longer fit a typical last-level cache, and skipping the read-for-ownership saves a
-// pass. Training does not: its second sweep re-reads x and dy partly from the cache (see
-// above), and measured slower with them.
-constexpr int64_t kStreamingBytes = int64_t{8} << 20;
-// Pieces shorter than this are stored normally: a non-temporal store of a partial cache line
-// costs a read-modify-write in memory.
-constexpr int64_t kMinStreamElements = 512;
-// Elements staged in L1 before a non-temporal copy out.
-constexpr int64_t kStageElements = 2048;
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
-// How the work of one call is cut into units. Depends on the shape and element size only.
-struct Plan {
-  Shape shape;
-  bool matrix = true;       // the matrix schedule; else the runs schedule
-  int64_t rows = 0;         // matrix rows (R or N); runs: elements per channel (R)
-  int64_t row_stride = 0;   // elements from one matrix row to the next
-  int64_t fold = 1;         // channels last: rows folded into one matrix row
-  int64_t dx_fold = 1;      // channels last: rows of x_backprop written as one piece
-  int64_t group = 1;        // channels per unit
-  int64_t groups = 1;
-  int64_t blocks = 1;       // blocks of rows (runs: of a channel's elements)
-  int64_t block_length = 0;
-  int64_t width = 1;        // columns (matrix) or channels (runs) of a unit
-  bool fused = false;       // one unit holds all rows of its channels and does both sweeps
-  bool stream_dx = false;
+// Per-call scratch, reused across calls on the same calling thread so that a call does not
+// page-fault a fresh allocation. One buffer per (type, slot).
+enum ScratchSlot { kPartialsSlot, kInvStdSlot, kChannelSlot, kColumnSlot };
+template <typename E, ScratchSlot kSlot>
+E* CallScratch(size_t size) {
+  thread_local std::vector<E> scratch;
+  if (scratch.size() < size) scratch.resize(size);
+  return scratch.data();
+}
 
-  Plan(const Shape& s, int64_t element_bytes, bool is_training) : shape(s) {
-    const int64_t C = s.channels;
-    stream_dx = !is_training && s.elements() * element_bytes >= kStreamingBytes;
-    matrix = s.channels_last || s.spatial < kShortPlane;
-    if (s.channels_last) {
-      rows = s.rest();
-      row_stride = C;
-      // Short rows are folded to kMinRowWidth columns, exactly where C divides it (the width
-      // of the sums' register tile).
-      fold = C >= kMinRowWidth ? 1 : CeilDiv(kMinRowWidth, C);
-      // Pieces whose coefficient arrays stay in L1: training reads four of them per element,
-      // inference one (and streams its pieces, which must be long).
-      dx_fold = C > kDxColumnTile
-                    ? 1
-                    : std::max(fold, (is_training ? kDxColumnTile : kStageElements) / C);
-      group = C;
-    } else if (matrix) {
-      rows = s.batch;
-      row_stride = C * s.spatial;
-      group = std::clamp<int64_t>(kMaxUnitColumns / s.spatial, 1, C);
-    } else {
-      rows = s.rest();
-      const int64_t channel_bytes = 2 * rows * element_bytes;
-      group = std::clamp<int64_t>(kFusedUnitBytes / channel_bytes, 1, kMaxGroupChannels);
-      group = std::min(group, std::max<int64_t>(1, C / kMinGroupUnits));
-    }
-    groups = CeilDiv(C, group);
-    width = s.channels_last ? C : group * (matrix ? s.spatial : 1);
-    // Channels first: keep a group's rows in one unit when they fit the L2 (or must: runs with
-    // whole channels in a group).
-    const bool fits = rows * width * 2 * element_bytes <= kFusedUnitBytes;
-    if (!s.channels_last && (fits || (!matrix && group > 1))) {
-      fused = true;
-      block_length = rows;
-      return;
-    }
-    const int64_t wanted = CeilDiv(rows * width, kUnitElements);
-    block_length = CeilDiv(rows, std::clamp<int64_t>(wanted, 1, std::min(kMaxBlocks, rows)));
-    block_length = RoundUp(block_length, fold);  // blocks start on a whole folded row
-    blocks = CeilDiv(rows, block_length);
+// Blocks of `length` items for one channel's worth of work: about `per_block` items each (a
+// multiple of `align`), at most kMaxBlocks of them.
+struct Blocks {
+  int64_t length = 0;
+  int64_t size = 0;  // items per block
+  int64_t count = 0;
+
+  Blocks() = default;
+  Blocks(int64_t total, int64_t per_block, int64_t align) : length(total) {
+    const int64_t wanted = std::clamp<int64_t>(CeilDiv(total, per_block), 1, kMaxBlocks);
+    size = RoundUp(CeilDiv(total, wanted), align);
+    count = CeilDiv(total, size);
   }
+  int64_t begin(int64_t b) const { return b * size; }
+  int64_t end(int64_t b) const { return std::min(length, (b + 1) * size); }
+};
 
-  int64_t units() const { return blocks * groups; }
-  int64_t unit_elements() const { return block_length * width; }
-  int64_t block_begin(int64_t b) const { return b * block_length; }
-  int64_t block_end(int64_t b) const { return std::min(rows, (b + 1) * block_length); }
-  int64_t group_begin(int64_t g) const { return g * group; }
-  int64_t group_end(int64_t g) const { return std::min(shape.channels, (g + 1) * group); }
+// Groups of `per_group` consecutive channels.
+struct Groups {
+  int64_t channels = 0;
+  int64_t size = 1;
+  int64_t count = 0;
+
+  Groups() = default;
+  Groups(int64_t c, int64_t per_group) : channels(c), size(per_group), count(CeilDiv(c, size)) {}
+  int64_t begin(int64_t g) const { return g * size; }
+  int64_t end(int64_t g) const { return std::min(channels, (g + 1) * size); }
 };
 
 // Calls fn(offset, length) for each contiguous run of channel c's elements [begin, end),
@@ -160,471 +118,400 @@ void ForEachRun(const Shape& s, int64_t c, int64_t begin, int64_t end, Fn&& fn) 
   }
 }
 
-// Copies n elements to dst with non-temporal stores, which write whole cache lines without
-// reading them first and without evicting x and dy from the caches.
-template <typename T>
-void StreamOut(T* dst, const T* src, int64_t n) {
-#if defined(__SSE2__)
-  char* d = reinterpret_cast<char*>(dst);
-  const char* s = reinterpret_cast<const char*>(src);
-  int64_t bytes = n * static_cast<int64_t>(sizeof(T));
-  const int64_t head = std::min<int64_t>(bytes, (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16);
-  std::memcpy(d, s, head);
-  d += head, s += head, bytes -= head;
-  for (; bytes >= 16; d += 16, s += 16, bytes -= 16) {
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d),
-                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(s)));
-  }
-  std::memcpy(d, s, bytes);
-#else
-  std::memcpy(dst, src, n * sizeof(T));
-#endif
-}
-
-// Makes the non-temporal stores of this thread visible before it reports its work done.
-void FenceStreamedStores() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
-
-// Writes `count` elements of x_backprop at dx: produce(out, first, n) computes elements
-// [first, first + n) into out. Directly, or staged in L1 and streamed out.
-template <typename T, typename Produce>
-void WriteDx(T* dx, int64_t count, bool stream, Produce&& produce) {
-  if (!stream || count < kMinStreamElements) {  // short pieces would stream partial lines
-    produce(dx, 0, count);
-    return;
-  }
-  alignas(64) T staged[kStageElements];
-  for (int64_t first = 0; first < count; first += kStageElements) {
-    const int64_t n = std::min(kStageElements, count - first);
-    produce(staged, first, n);
-    StreamOut(dx + first, staged, n);
-  }
-}
-
-// Per-call scratch, reused across calls on the same calling thread so that a call does not
-// page-fault a fresh allocation. One buffer per (type, slot).
-enum ScratchSlot { kSumsSlot, kCoefficientsSlot };
-template <typename F, ScratchSlot kSlot>
-F* CallScratch(size_t size) {
-  thread_local std::vector<F> scratch;
-  if (scratch.size() < size) scratch.resize(size);
-  return scratch.data();
-}
-
-// Per-column arrays of a matrix unit: accumulators and the column-expanded mean and
-// coefficients. On the stack; a unit has at most kMaxUnitColumns columns (channels first) or
-// uses the per-call arrays (channels last).
+// Per-column copies of per-channel values (rows and planes schedules).
 template <typename F>
-struct ColumnArrays {
-  double sum_dy[kMaxUnitColumns];
-  double sum_dy_xc[kMaxUnitColumns];
-  F mean[kMaxUnitColumns];
-  F scale_inv_std[kMaxUnitColumns];
-  F dy_mean[kMaxUnitColumns];
-  F xc_coef[kMaxUnitColumns];
+struct Columns {
+  F* mean;
+  F* scale_inv_std;
+  F* dy_mean;
+  F* xc_coef;
+  DxCoefficients<F> coefficients() const { return {mean, scale_inv_std, dy_mean, xc_coef}; }
 };
 
-// A double sum with a running error term (Knuth's TwoSum): exact but for the final rounding as
-// long as the error term does not overflow. Infinities and NaNs go to the sum alone, so they
-// propagate as in a plain sum. Needs IEEE arithmetic without contraction (-ffp-contract=off).
-struct CompensatedSum {
-  double sum = 0.0;
-  double error = 0.0;
-  void Add(double v) {
-    const double t = sum + v;
-    if (std::isfinite(t)) {
-      const double z = t - sum;
-      error += (sum - (t - z)) + (v - z);
-    }
-    sum = t;
-  }
-  double Value() const { return sum + error; }
-};
-
-// One call, with its arithmetic in F (double: exact loops, float: fast loops; cpu_loops.h).
+// One call: the inputs, the loops for this CPU, and what every schedule shares: per-channel
+// values in F (float for the fast family, double for the exact one), running units on the
+// pool, and turning a channel's sums into its outputs and coefficients.
 template <typename T, typename F>
-class GradComputation {
+class Call {
  public:
-  GradComputation(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for)
-      : params_(params),
-        t_(t),
-        parallel_for_(parallel_for),
-        s_(params.shape.canonical()),
-        plan_(s_, sizeof(T), params.is_training),
-        loops_(LoopsFor<T, F>(ActiveCpuIsa())),
-        channels_(s_.channels),
-        training_(params.is_training) {}
-
-  void Run() {
-    const int64_t C = channels_;
-    // Channels last: the per-column arrays, a piece of x_backprop wide, are per call.
-    const int64_t columns = s_.channels_last ? plan_.dx_fold * C : 0;
-    partial_ = CallScratch<double, kSumsSlot>((plan_.blocks * 2 + 1) * C);
-    inv_std_ = partial_ + plan_.blocks * 2 * C;
-    mean_ = CallScratch<F, kCoefficientsSlot>(4 * (C + columns));
-    scale_inv_std_ = mean_ + C;
-    dy_mean_ = scale_inv_std_ + C;
-    xc_coef_ = dy_mean_ + C;
+  Call(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for,
+       const CpuLoops<T>& loops)
+      : t(t),
+        loops(loops),
+        s(params.shape.canonical()),
+        training(params.is_training),
+        params_(params),
+        parallel_for_(parallel_for) {
+    const int64_t C = s.channels;
+    inv_std_ = CallScratch<double, kInvStdSlot>(C);
+    F* values = CallScratch<F, kChannelSlot>(4 * C);
+    mean = values;
+    scale_inv_std = values + C;
+    dy_mean = values + 2 * C;
+    xc_coef = values + 3 * C;
     for (int64_t c = 0; c < C; ++c) {
-      inv_std_[c] = params_.InvStd(t_.variance[c]);
-      mean_[c] = static_cast<F>(t_.mean[c]);
-      scale_inv_std_[c] = static_cast<F>(t_.scale[c] * inv_std_[c]);
-    }
-    k_ = {mean_, scale_inv_std_, dy_mean_, xc_coef_};
-    if (s_.channels_last) {
-      row_columns_ = xc_coef_ + C;  // mean, scale_inv_std, dy_mean, xc_coef per column
-      row_k_ = {row_columns_, row_columns_ + columns, row_columns_ + 2 * columns,
-                row_columns_ + 3 * columns};
-      ExpandRowColumns(mean_, row_columns_);
-      ExpandRowColumns(scale_inv_std_, row_columns_ + columns);
-    }
-
-    RunUnits(/*reverse=*/false, [this](int64_t u) { FirstSweep(u); });
-    CombineBlocks();
-    if (kExact && !plan_.fused) {  // fused units compensated their channels themselves
-      parallel_for_(C, s_.rest() * 8, [this](int64_t begin, int64_t end) {
-        ScopedIeeeArithmetic ieee;
-        for (int64_t c = begin; c < end; ++c) {
-          CompensatedChannelSums(c, &SumDy(0)[c], &SumDyXc(0)[c]);
-        }
-      });
-    }
-    for (int64_t c = 0; c < C; ++c) Finish(c);
-    if (training_ && !plan_.fused) {
-      if (s_.channels_last) {
-        ExpandRowColumns(dy_mean_, row_columns_ + 2 * columns);
-        ExpandRowColumns(xc_coef_, row_columns_ + 3 * columns);
-      }
-      RunUnits(/*reverse=*/true, [this](int64_t u) { SecondSweep(u); });
+      inv_std_[c] = params_.InvStd(t.variance[c]);
+      mean[c] = static_cast<F>(t.mean[c]);
+      scale_inv_std[c] = static_cast<F>(t.scale[c] * inv_std_[c]);
+      dy_mean[c] = F(0);
+      xc_coef[c] = F(0);
     }
   }
 
- private:
-  double* SumDy(int64_t block) const { return partial_ + block * 2 * channels_; }
-  double* SumDyXc(int64_t block) const { return SumDy(block) + channels_; }
-
-  // Runs unit(u) for every unit, through the pool or inline when the call is tiny; in IEEE
-  // arithmetic on whichever thread runs them.
+  // Runs unit(u) for u in [0, count) (in reverse order if asked), through the pool or inline
+  // when the call is tiny; in IEEE arithmetic on whichever thread runs them.
   template <typename Unit>
-  void RunUnits(bool reverse, const Unit& unit) {
-    const int64_t count = plan_.units();
-    const bool stream = plan_.stream_dx;
+  void RunUnits(int64_t count, int64_t unit_elements, bool reverse, const Unit& unit) const {
     auto range = [&](int64_t begin, int64_t end) {
       ScopedIeeeArithmetic ieee;
       for (int64_t i = begin; i < end; ++i) unit(reverse ? count - 1 - i : i);
-      if (stream) FenceStreamedStores();
     };
-    if (s_.elements() <= kInlineElements) {
+    if (s.elements() <= kInlineElements || count == 1) {
       range(0, count);
     } else {
-      parallel_for_(count, plan_.unit_elements() * kCyclesPerElement, range);
+      parallel_for_(count, unit_elements * kCyclesPerElement, range);
     }
   }
 
-  void FirstSweep(int64_t u) {
-    const int64_t b = u / plan_.groups;
-    const int64_t g = u % plan_.groups;
-    if (s_.channels_last) return RowBlock(b);
-    if (plan_.matrix) return PlaneGroup(b, g);
-    if (plan_.fused) return RunGroup(g);
-    return RunBlock(g, b);
-  }
-
-  void SecondSweep(int64_t u) {
-    const int64_t b = u / plan_.groups;
-    const int64_t g = u % plan_.groups;
-    if (s_.channels_last) return RowBlockDx(plan_.block_begin(b), plan_.block_end(b));
-    if (plan_.matrix) {
-      ColumnArrays<F> a;
-      ExpandPlaneColumns(g, &a);
-      return PlaneGroupDx(g, plan_.block_begin(b), plan_.block_end(b), a);
-    }
-    const int64_t c = g;  // runs with blocks: one channel per group
-    ForEachRun(s_, c, plan_.block_begin(b), plan_.block_end(b),
-               [&](int64_t offset, int64_t length) { WriteDxRun(c, offset, length); });
-  }
-
-  // ---- Channels last: blocks of rows, k rows folded into one matrix row of k * C columns.
-
-  void ExpandRowColumns(const F* per_channel, F* per_column) const {
-    for (int64_t i = 0; i < plan_.dx_fold; ++i) {
-      std::copy(per_channel, per_channel + channels_, per_column + i * channels_);
-    }
-  }
-
-  void RowBlock(int64_t b) {
-    const int64_t C = channels_;
-    const int64_t columns = plan_.fold * C;
-    // The folded columns' sums, folded into channels at the end; with no folding the
-    // channel partials themselves.
-    double local[2 * 2 * kMinRowWidth];  // a folded row has fewer than 2 * kMinRowWidth
-    double* sum_dy = plan_.fold == 1 ? SumDy(b) : local;
-    double* sum_dy_xc = plan_.fold == 1 ? SumDyXc(b) : local + columns;
-    std::fill(sum_dy, sum_dy + columns, 0.0);
-    std::fill(sum_dy_xc, sum_dy_xc + columns, 0.0);
-    // Chunks small enough for L1/L2, where the sums' column tiles re-read them; inference
-    // writes x_backprop of a chunk right after summing it.
-    const int64_t chunk_rows =
-        RoundUp(std::max<int64_t>(1, kChunkElements / C), plan_.fold * kFastGroup);
-    for (int64_t r0 = plan_.block_begin(b); r0 < plan_.block_end(b); r0 += chunk_rows) {
-      const int64_t r1 = std::min(plan_.block_end(b), r0 + chunk_rows);
-      const int64_t whole = (r1 - r0) / plan_.fold;
-      loops_.sum_rows(t_.y_backprop + r0 * C, t_.x + r0 * C, columns, whole, columns, row_k_.mean,
-                      sum_dy, sum_dy_xc);
-      const int64_t rest = r0 + whole * plan_.fold;
-      if (rest < r1) {
-        loops_.sum_rows(t_.y_backprop + rest * C, t_.x + rest * C, columns, 1, (r1 - rest) * C,
-                        row_k_.mean, sum_dy, sum_dy_xc);
-      }
-      if (!training_) RowBlockDx(r0, r1);
-    }
-    if (plan_.fold == 1) return;
-    std::fill(SumDy(b), SumDy(b) + 2 * C, 0.0);
-    for (int64_t i = 0; i < plan_.fold; ++i) {
-      for (int64_t c = 0; c < C; ++c) {
-        SumDy(b)[c] += sum_dy[i * C + c];
-        SumDyXc(b)[c] += sum_dy_xc[i * C + c];
-      }
-    }
-  }
-
-  // x_backprop of rows [r0, r1): pieces of dx_fold whole rows (a few thousand elements, one
-  // staged and streamed piece each), or, for rows wider than kDxColumnTile, a tile of columns at
-  // a time down the rows, so the tile's coefficients stay in L1 (a 2048-channel row's would not).
-  void RowBlockDx(int64_t r0, int64_t r1) {
-    const int64_t C = channels_;
-    if (C <= kDxColumnTile) {
-      for (int64_t r = r0; r < r1; r += plan_.dx_fold) {
-        WriteDxColumns(row_k_, r * C, 0, std::min(plan_.dx_fold, r1 - r) * C);
-      }
-      return;
-    }
-    for (int64_t c0 = 0; c0 < C; c0 += kDxColumnTile) {
-      for (int64_t r = r0; r < r1; ++r) {
-        WriteDxColumns(row_k_, r * C + c0, c0, std::min(kDxColumnTile, C - c0));
-      }
-    }
-  }
-
-  // Elements [offset, offset + count) of x_backprop, whose first column is `column`.
-  void WriteDxColumns(const DxCoefficients<F>& k, int64_t offset, int64_t column, int64_t count) {
-    WriteDx(t_.x_backprop + offset, count, plan_.stream_dx, [&](T* out, int64_t first, int64_t n) {
-      const DxCoefficients<F> kc = Columns(k, column + first);
-      if (training_) {
-        loops_.training_dx(t_.y_backprop + offset + first, t_.x + offset + first, out, kc, n);
-      } else {
-        loops_.inference_dx(t_.y_backprop + offset + first, out, kc, n);
-      }
-    });
-  }
-
-  // ---- Channels first, short planes: [N, C * S], a unit = rows [r0, r1) x a channel group.
-
-  // Mean and (where known) coefficients of group g's columns.
-  void ExpandPlaneColumns(int64_t g, ColumnArrays<F>* a) const {
-    const int64_t S = s_.spatial;
-    for (int64_t c = plan_.group_begin(g); c < plan_.group_end(g); ++c) {
-      const int64_t j = (c - plan_.group_begin(g)) * S;
-      std::fill(a->mean + j, a->mean + j + S, mean_[c]);
-      std::fill(a->scale_inv_std + j, a->scale_inv_std + j + S, scale_inv_std_[c]);
-      std::fill(a->dy_mean + j, a->dy_mean + j + S, training_ ? dy_mean_[c] : F(0));
-      std::fill(a->xc_coef + j, a->xc_coef + j + S, training_ ? xc_coef_[c] : F(0));
-    }
-  }
-
-  void PlaneGroup(int64_t b, int64_t g) {
-    const int64_t S = s_.spatial;
-    const int64_t c0 = plan_.group_begin(g);
-    const int64_t c1 = plan_.group_end(g);
-    const int64_t width = (c1 - c0) * S;
-    const int64_t r0 = plan_.block_begin(b);
-    const int64_t r1 = plan_.block_end(b);
-    ColumnArrays<F> a;
-    ExpandPlaneColumns(g, &a);
-    std::fill(a.sum_dy, a.sum_dy + width, 0.0);
-    std::fill(a.sum_dy_xc, a.sum_dy_xc + width, 0.0);
-    const int64_t offset = c0 * S;
-    loops_.sum_rows(t_.y_backprop + r0 * plan_.row_stride + offset,
-                    t_.x + r0 * plan_.row_stride + offset, plan_.row_stride, r1 - r0, width,
-                    a.mean, a.sum_dy, a.sum_dy_xc);
-    for (int64_t c = c0; c < c1; ++c) {
-      double sum_dy = 0.0, sum_dy_xc = 0.0;
-      for (int64_t j = (c - c0) * S; j < (c - c0 + 1) * S; ++j) {
-        sum_dy += a.sum_dy[j];
-        sum_dy_xc += a.sum_dy_xc[j];
-      }
-      if (kExact && plan_.fused) CompensatedChannelSums(c, &sum_dy, &sum_dy_xc);
-      SumDy(b)[c] = sum_dy;
-      SumDyXc(b)[c] = sum_dy_xc;
-      if (training_ && plan_.fused) {
-        SetTrainingCoefficients(c, sum_dy, sum_dy_xc);
-        std::fill(a.dy_mean + (c - c0) * S, a.dy_mean + (c - c0 + 1) * S, dy_mean_[c]);
-        std::fill(a.xc_coef + (c - c0) * S, a.xc_coef + (c - c0 + 1) * S, xc_coef_[c]);
-      }
-    }
-    if (!training_ || plan_.fused) PlaneGroupDx(g, r0, r1, a);
-  }
-
-  void PlaneGroupDx(int64_t g, int64_t r0, int64_t r1, const ColumnArrays<F>& a) {
-    const int64_t c0 = plan_.group_begin(g);
-    const int64_t width = (plan_.group_end(g) - c0) * s_.spatial;
-    const DxCoefficients<F> k{a.mean, a.scale_inv_std, a.dy_mean, a.xc_coef};
-    for (int64_t r = r0; r < r1; ++r) {
-      WriteDxColumns(k, r * plan_.row_stride + c0 * s_.spatial, 0, width);
-    }
-  }
-
-  // ---- Channels first, long planes: runs along each plane.
-
-  // A block of one channel's elements (two sweeps).
-  void RunBlock(int64_t c, int64_t b) {
-    LaneSums lanes;
-    lanes.Clear();
-    ForEachRun(s_, c, plan_.block_begin(b), plan_.block_end(b),
-               [&](int64_t offset, int64_t length) {
-                 loops_.sum_run(t_.y_backprop + offset, t_.x + offset, mean_[c], length, &lanes);
-                 if (!training_) WriteDxRun(c, offset, length);
-               });
-    SumDy(b)[c] = 0.0;
-    SumDyXc(b)[c] = 0.0;
-    lanes.Reduce(&SumDy(b)[c], &SumDyXc(b)[c]);
-  }
-
-  // Whole channels of group g: sums, then (training) their coefficients and x_backprop,
-  // visiting memory in address order both times.
-  void RunGroup(int64_t g) {
-    const int64_t c0 = plan_.group_begin(g);
-    const int64_t c1 = plan_.group_end(g);
-    const int64_t S = s_.spatial;
-    LaneSums lanes[kMaxGroupChannels];
-    for (int64_t c = c0; c < c1; ++c) lanes[c - c0].Clear();
-    for (int64_t n = 0; n < s_.batch; ++n) {
-      for (int64_t c = c0; c < c1; ++c) {
-        const int64_t offset = (n * channels_ + c) * S;
-        loops_.sum_run(t_.y_backprop + offset, t_.x + offset, mean_[c], S, &lanes[c - c0]);
-        if (!training_) WriteDxRun(c, offset, S);
-      }
-    }
-    for (int64_t c = c0; c < c1; ++c) {
-      SumDy(0)[c] = 0.0;
-      SumDyXc(0)[c] = 0.0;
-      lanes[c - c0].Reduce(&SumDy(0)[c], &SumDyXc(0)[c]);
-      if (kExact) CompensatedChannelSums(c, &SumDy(0)[c], &SumDyXc(0)[c]);
-      if (training_) SetTrainingCoefficients(c, SumDy(0)[c], SumDyXc(0)[c]);
-    }
-    if (!training_) return;
-    for (int64_t n = 0; n < s_.batch; ++n) {
-      for (int64_t c = c0; c < c1; ++c) WriteDxRun(c, (n * channels_ + c) * S, S);
-    }
-  }
-
-  // x_backprop of one run of channel c, written to the tensor.
-  void WriteDxRun(int64_t c, int64_t offset, int64_t length) {
-    WriteDx(t_.x_backprop + offset, length, plan_.stream_dx,
-            [&](T* out, int64_t first, int64_t n) {
-              if (training_) {
-                loops_.training_dx_run(t_.y_backprop + offset + first, t_.x + offset + first,
-                                       out, k_, c, n);
-              } else {
-                loops_.inference_dx_run(t_.y_backprop + offset + first, out, k_, c, n);
-              }
-            });
-  }
-
-  // ---- Per channel.
-
-  // The coefficients of columns [first, ...).
-  static DxCoefficients<F> Columns(const DxCoefficients<F>& k, int64_t first) {
-    return {k.mean + first, k.scale_inv_std + first, k.dy_mean + first, k.xc_coef + first};
-  }
-
-  void SetTrainingCoefficients(int64_t c, double sum_dy, double sum_dy_xc) {
-    const double rest = static_cast<double>(s_.rest());
-    dy_mean_[c] = static_cast<F>(sum_dy / rest);
-    xc_coef_[c] = static_cast<F>(inv_std_[c] * inv_std_[c] * (sum_dy_xc / rest));
-  }
-
-  // Adds every block's partial sums into block 0's, in block order for each channel.
-  void CombineBlocks() {
-    for (int64_t b = 1; b < plan_.blocks; ++b) {
-      for (int64_t c = 0; c < channels_; ++c) {
-        SumDy(0)[c] += SumDy(b)[c];
-        SumDyXc(0)[c] += SumDyXc(b)[c];
-      }
-    }
-  }
-
-  // Channel c's outputs and training coefficients, from its combined sums.
-  void Finish(int64_t c) {
-    const double sum_dy = SumDy(0)[c];
-    const double sum_dy_xc = SumDyXc(0)[c];
-    t_.offset_backprop[c] = static_cast<float>(sum_dy);
-    t_.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std_[c]);
-    if (!training_) return;
+  // Channel c's outputs, and in training its coefficients, from its sums.
+  void Finish(int64_t c, double sum_dy, double sum_dy_xc) const {
+    // A NaN sum becomes the default quiet NaN: which of several NaN inputs' payloads would
+    // survive depends on operand order inside vector instructions, which must not decide bits.
+    if (std::isnan(sum_dy)) sum_dy = std::numeric_limits<double>::quiet_NaN();
+    if (std::isnan(sum_dy_xc)) sum_dy_xc = std::numeric_limits<double>::quiet_NaN();
+    t.offset_backprop[c] = static_cast<float>(sum_dy);
+    t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std_[c]);
+    if (!training) return;
     // var + eps == 0: factoring inv_std out of the sum would turn TF's per-term infinities and
     // NaNs into a different result, so that channel is summed again in TF's grouping.
-    if (std::isinf(inv_std_[c])) t_.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(c));
-    if (!plan_.fused) SetTrainingCoefficients(c, sum_dy, sum_dy_xc);
+    if (std::isinf(inv_std_[c])) t.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(c));
+    const double rest = static_cast<double>(s.rest());
+    dy_mean[c] = static_cast<F>(sum_dy / rest);
+    xc_coef[c] = static_cast<F>(inv_std_[c] * inv_std_[c] * (sum_dy_xc / rest));
   }
 
-  // Calls fn(element index) for every element of channel c, in (n, spatial) order.
-  template <typename Fn>
-  void ForEachElement(int64_t c, Fn&& fn) const {
-    for (int64_t e = 0; e < s_.rest(); ++e) {
-      fn(s_.channels_last ? e * channels_ + c
-                          : ((e / s_.spatial) * channels_ + c) * s_.spatial + e % s_.spatial);
+  RunCoefficients<F> RunCoefficientsOf(int64_t c) const {
+    return {mean[c], scale_inv_std[c], dy_mean[c], xc_coef[c]};
+  }
+
+  // Fills columns [0, count) of `columns` with the values of channel channel_of(j); the
+  // training coefficients too if asked (they exist once the channels are finished).
+  template <typename ChannelOf>
+  void Expand(const Columns<F>& columns, int64_t count, ChannelOf&& channel_of,
+              bool coefficients) const {
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t c = channel_of(j);
+      columns.mean[j] = mean[c];
+      columns.scale_inv_std[j] = scale_inv_std[c];
+      if (coefficients) {
+        columns.dy_mean[j] = dy_mean[c];
+        columns.xc_coef[j] = xc_coef[c];
+      }
     }
   }
 
-  // The exact family's sums of channel c: every term exact in double, added with a running
-  // error term (TwoSum), so the result is within about 2^-100 of Σ|term| of the true sum and no
-  // summation order (TensorFlow's included) can be more accurate, however ill-conditioned the
-  // sum. The vectorized sweep's plain double sums can lose to a lucky order when terms of 1e15
-  // cancel. Serial, only for channels of fewer than kFastPathRest elements.
-  void CompensatedChannelSums(int64_t c, double* sum_dy, double* sum_dy_xc) const {
-    CompensatedSum dy, dy_xc;
-    const double mean = t_.mean[c];
-    ForEachElement(c, [&](int64_t i) {
-      const double d = ToFloat(t_.y_backprop[i]);
-      dy.Add(d);
-      dy_xc.Add(d * (static_cast<double>(ToFloat(t_.x[i])) - mean));
-    });
-    *sum_dy = dy.Value();
-    *sum_dy_xc = dy_xc.Value();
-  }
+  const Tensors<T>& t;
+  const CpuLoops<T>& loops;
+  const Shape s;  // canonical
+  const bool training;
+  // Per channel: mean, scale · inv_std, and (training, once finished) the dx coefficients.
+  F* mean = nullptr;
+  F* scale_inv_std = nullptr;
+  F* dy_mean = nullptr;
+  F* xc_coef = nullptr;
 
+ private:
   // Σ dy · ((x − mean) · inv_std) of channel c, serially. Only for infinite inv_std.
   double ScaledSumInTfOrder(int64_t c) const {
     double sum = 0.0;
-    ForEachElement(c, [&](int64_t i) {
-      sum += static_cast<double>(ToFloat(t_.y_backprop[i])) *
-             ((static_cast<double>(ToFloat(t_.x[i])) - t_.mean[c]) * inv_std_[c]);
-    });
+    for (int64_t e = 0; e < s.rest(); ++e) {
+      const int64_t i = s.channels_last
+                            ? e * s.channels + c
+                            : ((e / s.spatial) * s.channels + c) * s.spatial + e % s.spatial;
+      sum += static_cast<double>(ToFloat(t.y_backprop[i])) *
+             ((static_cast<double>(ToFloat(t.x[i])) - t.mean[c]) * inv_std_[c]);
+    }
     return sum;
   }
 
-  static constexpr bool kExact = std::is_same<F, double>::value;
   const Params& params_;
-  const Tensors<T>& t_;
   const ParallelFor& parallel_for_;
-  const Shape s_;
-  const Plan plan_;
-  const CpuLoops<T, F>& loops_;
-  const int64_t channels_;
-  const bool training_;
-  double* partial_ = nullptr;
   double* inv_std_ = nullptr;
-  F* mean_ = nullptr;  // per channel, then x_backprop's coefficients
-  F* scale_inv_std_ = nullptr;
-  F* dy_mean_ = nullptr;
-  F* xc_coef_ = nullptr;
-  F* row_columns_ = nullptr;
-  DxCoefficients<F> k_{nullptr, nullptr, nullptr, nullptr};      // per channel (runs)
-  DxCoefficients<F> row_k_{nullptr, nullptr, nullptr, nullptr};  // per folded column
 };
+
+// Partial sums of two-sweep schedules: per block, Σ dy and Σ dy·(x − mean) of `width` entries
+// (channels, or the folded columns of channels-last rows).
+struct Partials {
+  double* data;
+  int64_t width;
+  double* sum_dy(int64_t block) const { return data + block * 2 * width; }
+  double* sum_dy_xc(int64_t block) const { return sum_dy(block) + width; }
+};
+
+// Finishes every channel from the partials of `blocks` blocks, adding them in block order; with
+// rows folded k to one, channel c's entries are c, c + C, ..., c + (k - 1) * C of each block.
+template <typename T, typename F>
+void FinishFromPartials(const Call<T, F>& call, const Partials& partials, int64_t blocks) {
+  const int64_t C = call.s.channels;
+  for (int64_t c = 0; c < C; ++c) {
+    double sum_dy = 0.0, sum_dy_xc = 0.0;
+    for (int64_t b = 0; b < blocks; ++b) {
+      for (int64_t j = c; j < partials.width; j += C) {
+        sum_dy += partials.sum_dy(b)[j];
+        sum_dy_xc += partials.sum_dy_xc(b)[j];
+      }
+    }
+    call.Finish(c, sum_dy, sum_dy_xc);
+  }
+}
+
+// ---- rows: channels last [R, C], fast family.
+
+template <typename T>
+void RunRows(const Call<T, float>& call) {
+  const Tensors<T>& t = call.t;
+  const CpuLoops<T>& loops = call.loops;
+  const int64_t C = call.s.channels;
+  const int64_t fold = C < kMinRowWidth ? CeilDiv(kMinRowWidth, C) : 1;
+  const int64_t columns = fold * C;  // of a folded row
+  // Blocks of whole folded rows.
+  const Blocks blocks(call.s.rest(), std::max(kMinBlockRows, kUnitElements / C), fold);
+  float* column_data = CallScratch<float, kColumnSlot>(4 * columns);
+  const Columns<float> k{column_data, column_data + columns, column_data + 2 * columns,
+                         column_data + 3 * columns};
+  call.Expand(k, columns, [C](int64_t j) { return j % C; }, false);
+  const Partials partials{CallScratch<double, kPartialsSlot>(blocks.count * 2 * columns), columns};
+
+  // fn(offset, rows, width) for the folded rows of block b and a last, shorter one.
+  auto for_each_window = [&](int64_t b, auto&& fn) {
+    const int64_t r0 = blocks.begin(b);
+    const int64_t r1 = blocks.end(b);
+    const int64_t whole = (r1 - r0) / fold;
+    if (whole > 0) fn(r0 * C, whole, columns);
+    const int64_t left = r1 - r0 - whole * fold;
+    if (left > 0) fn((r1 - left) * C, 1, left * C);
+  };
+
+  call.RunUnits(blocks.count, blocks.size * C, false, [&](int64_t b) {
+    double* sum_dy = partials.sum_dy(b);
+    double* sum_dy_xc = partials.sum_dy_xc(b);
+    std::fill(sum_dy, sum_dy + 2 * columns, 0.0);
+    for_each_window(b, [&](int64_t offset, int64_t rows, int64_t width) {
+      if (call.training) {
+        loops.sum_rows(t.y_backprop + offset, t.x + offset, columns, rows, width, k.mean, sum_dy,
+                       sum_dy_xc);
+      } else {
+        loops.sum_rows_inference(t.y_backprop + offset, t.x + offset, t.x_backprop + offset,
+                                 columns, rows, width, k.mean, k.scale_inv_std, sum_dy,
+                                 sum_dy_xc);
+      }
+    });
+  });
+  FinishFromPartials(call, partials, blocks.count);
+  if (!call.training) return;
+  call.Expand(k, columns, [C](int64_t j) { return j % C; }, true);
+  call.RunUnits(blocks.count, blocks.size * C, /*reverse=*/true, [&](int64_t b) {
+    for_each_window(b, [&](int64_t offset, int64_t rows, int64_t width) {
+      loops.training_dx_rows(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, columns,
+                             rows, width, k.coefficients());
+    });
+  });
+}
+
+// ---- planes: channels first [N, C * S] with short planes, fast family.
+
+template <typename T>
+void RunPlanes(const Call<T, float>& call) {
+  const Tensors<T>& t = call.t;
+  const CpuLoops<T>& loops = call.loops;
+  const int64_t N = call.s.batch, C = call.s.channels, S = call.s.spatial;
+  const int64_t stride = C * S;
+  const Groups groups(C, std::clamp<int64_t>(kMaxUnitColumns / S, 1, C));
+  const bool fused = N * groups.size * S * 2 * static_cast<int64_t>(sizeof(T)) <= kFusedUnitBytes;
+  const Blocks blocks(N, fused ? N : std::max<int64_t>(1, kUnitElements / (groups.size * S)), 1);
+  const Partials partials{fused ? nullptr
+                                : CallScratch<double, kPartialsSlot>(blocks.count * 2 * C),
+                          C};
+
+  // Unit u: rows of block u / groups.count, channels of group u % groups.count.
+  struct Unit {
+    int64_t block, c0, c1, width, offset, rows;
+  };
+  auto unit_of = [&](int64_t u) {
+    const int64_t b = u / groups.count, g = u % groups.count;
+    const int64_t c0 = groups.begin(g), c1 = groups.end(g);
+    return Unit{b, c0, c1, (c1 - c0) * S, blocks.begin(b) * stride + c0 * S,
+                blocks.end(b) - blocks.begin(b)};
+  };
+  auto channel_of = [S](int64_t c0) { return [c0, S](int64_t j) { return c0 + j / S; }; };
+
+  auto first_sweep = [&](int64_t u) {
+    const Unit w = unit_of(u);
+    float column_data[4][kMaxUnitColumns];
+    const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
+    double sums[2][kMaxUnitColumns];
+    call.Expand(k, w.width, channel_of(w.c0), false);
+    std::fill(&sums[0][0], &sums[0][0] + w.width, 0.0);
+    std::fill(&sums[1][0], &sums[1][0] + w.width, 0.0);
+    if (call.training) {
+      loops.sum_rows(t.y_backprop + w.offset, t.x + w.offset, stride, w.rows, w.width, k.mean,
+                     sums[0], sums[1]);
+    } else {
+      loops.sum_rows_inference(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
+                               stride, w.rows, w.width, k.mean, k.scale_inv_std, sums[0],
+                               sums[1]);
+    }
+    for (int64_t c = w.c0; c < w.c1; ++c) {
+      double sum_dy = 0.0, sum_dy_xc = 0.0;
+      for (int64_t j = (c - w.c0) * S; j < (c - w.c0 + 1) * S; ++j) {
+        sum_dy += sums[0][j];
+        sum_dy_xc += sums[1][j];
+      }
+      if (!fused) {
+        partials.sum_dy(w.block)[c] = sum_dy;
+        partials.sum_dy_xc(w.block)[c] = sum_dy_xc;
+        continue;
+      }
+      call.Finish(c, sum_dy, sum_dy_xc);
+    }
+    if (!fused || !call.training) return;
+    call.Expand(k, w.width, channel_of(w.c0), true);
+    loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
+                           stride, w.rows, w.width, k.coefficients());
+  };
+  const int64_t units = blocks.count * groups.count;
+  call.RunUnits(units, blocks.size * groups.size * S, false, first_sweep);
+  if (fused) return;
+  FinishFromPartials(call, partials, blocks.count);
+  if (!call.training) return;
+  call.RunUnits(units, blocks.size * groups.size * S, /*reverse=*/true, [&](int64_t u) {
+    const Unit w = unit_of(u);
+    float column_data[4][kMaxUnitColumns];
+    const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
+    call.Expand(k, w.width, channel_of(w.c0), true);
+    loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
+                           stride, w.rows, w.width, k.coefficients());
+  });
+}
+
+// ---- runs: channels first, fast family.
+
+template <typename T>
+void RunRuns(const Call<T, float>& call) {
+  const Tensors<T>& t = call.t;
+  const CpuLoops<T>& loops = call.loops;
+  const Shape& s = call.s;
+  const int64_t C = s.channels, S = s.spatial, R = s.rest();
+  auto sum_run = [&](int64_t c, int64_t offset, int64_t length, double* sum_dy,
+                     double* sum_dy_xc) {
+    if (call.training) {
+      loops.sum_run(t.y_backprop + offset, t.x + offset, call.mean[c], length, sum_dy, sum_dy_xc);
+    } else {
+      loops.sum_run_inference(t.y_backprop + offset, t.x + offset, t.x_backprop + offset,
+                              call.mean[c], call.scale_inv_std[c], length, sum_dy, sum_dy_xc);
+    }
+  };
+  auto dx_run = [&](int64_t c, int64_t offset, int64_t length) {
+    loops.training_dx_run(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, length,
+                          call.RunCoefficientsOf(c));
+  };
+
+  const int64_t channel_bytes = R * 2 * static_cast<int64_t>(sizeof(T));
+  if (channel_bytes <= kFusedUnitBytes) {
+    // Whole channels per unit, walked in memory order (image by image): sums, then (training)
+    // x_backprop while they are in the cache.
+    int64_t group = std::clamp<int64_t>(kFusedUnitBytes / channel_bytes, 1, kMaxGroupChannels);
+    group = std::min(group, std::max<int64_t>(1, C / kMinGroupUnits));
+    const Groups groups(C, group);
+    call.RunUnits(groups.count, group * R, false, [&](int64_t g) {
+      const int64_t c0 = groups.begin(g), c1 = groups.end(g);
+      double sums[2][kMaxGroupChannels] = {};
+      for (int64_t n = 0; n < s.batch; ++n) {
+        for (int64_t c = c0; c < c1; ++c) {
+          sum_run(c, (n * C + c) * S, S, &sums[0][c - c0], &sums[1][c - c0]);
+        }
+      }
+      for (int64_t c = c0; c < c1; ++c) call.Finish(c, sums[0][c - c0], sums[1][c - c0]);
+      if (!call.training) return;
+      for (int64_t n = 0; n < s.batch; ++n) {
+        for (int64_t c = c0; c < c1; ++c) dx_run(c, (n * C + c) * S, S);
+      }
+    });
+    return;
+  }
+
+  // Channels too large for the cache: blocks of each channel, two sweeps. Unit u is block
+  // u % blocks.count of channel u / blocks.count.
+  const Blocks blocks(R, kUnitElements, 1);
+  const Partials partials{CallScratch<double, kPartialsSlot>(blocks.count * 2 * C), C};
+  const int64_t units = C * blocks.count;
+  call.RunUnits(units, blocks.size, false, [&](int64_t u) {
+    const int64_t c = u / blocks.count, b = u % blocks.count;
+    double sum_dy = 0.0, sum_dy_xc = 0.0;
+    ForEachRun(s, c, blocks.begin(b), blocks.end(b), [&](int64_t offset, int64_t length) {
+      sum_run(c, offset, length, &sum_dy, &sum_dy_xc);
+    });
+    partials.sum_dy(b)[c] = sum_dy;
+    partials.sum_dy_xc(b)[c] = sum_dy_xc;
+  });
+  FinishFromPartials(call, partials, blocks.count);
+  if (!call.training) return;
+  call.RunUnits(units, blocks.size, /*reverse=*/true, [&](int64_t u) {
+    const int64_t c = u / blocks.count, b = u % blocks.count;
+    ForEachRun(s, c, blocks.begin(b), blocks.end(b),
+               [&](int64_t offset, int64_t length) { dx_run(c, offset, length); });
+  });
+}
+
+// ---- exact family: channels of fewer than kFastPathRest elements, whole channels per unit.
+
+template <typename T>
+void RunExactRows(const Call<T, double>& call) {
+  const Tensors<T>& t = call.t;
+  const int64_t C = call.s.channels, R = call.s.rest();
+  const Groups groups(C, std::clamp<int64_t>(RoundUp(CeilDiv(kUnitElements, R), 16), 16,
+                                             kMaxUnitColumns));
+  call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
+    const int64_t c0 = groups.begin(g), width = groups.end(g) - c0;
+    double sums[4][kMaxUnitColumns];
+    std::fill(&sums[0][0], &sums[0][0] + 4 * kMaxUnitColumns, 0.0);
+    const CompensatedColumns columns{sums[0], sums[1], sums[2], sums[3]};
+    call.loops.exact_sum_rows(t.y_backprop + c0, t.x + c0, C, R, width, call.mean + c0,
+                              columns);
+    for (int64_t j = 0; j < width; ++j) {
+      call.Finish(c0 + j, sums[0][j] + sums[1][j], sums[2][j] + sums[3][j]);
+    }
+    const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
+                                   call.training ? call.dy_mean + c0 : nullptr,
+                                   call.xc_coef + c0};
+    call.loops.exact_dx_rows(t.y_backprop + c0, t.x + c0, t.x_backprop + c0, C, R, width, k);
+  });
+}
+
+template <typename T>
+void RunExactRuns(const Call<T, double>& call) {
+  const Tensors<T>& t = call.t;
+  const int64_t C = call.s.channels, S = call.s.spatial, R = call.s.rest();
+  const Groups groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
+  call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
+    for (int64_t c = groups.begin(g); c < groups.end(g); ++c) {
+      CompensatedLanes lanes;
+      lanes.Clear();
+      for (int64_t n = 0; n < call.s.batch; ++n) {
+        const int64_t offset = (n * C + c) * S;
+        call.loops.exact_sum_run(t.y_backprop + offset, t.x + offset, call.mean[c], S, &lanes);
+      }
+      CompensatedSum sum_dy, sum_dy_xc;
+      lanes.AddInto(&sum_dy, &sum_dy_xc);
+      call.Finish(c, sum_dy.Value(), sum_dy_xc.Value());
+      for (int64_t n = 0; n < call.s.batch; ++n) {
+        const int64_t offset = (n * C + c) * S;
+        call.loops.exact_dx_run(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, S,
+                                call.training, call.RunCoefficientsOf(c));
+      }
+    }
+  });
+}
 
 }  // namespace
 
@@ -635,24 +522,37 @@ ParallelFor SerialFor() {
 }
 
 template <typename T>
-void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
+void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
+                               const ParallelFor& parallel_for, const CpuLoops<T>& loops) {
   ScopedIeeeArithmetic ieee;
-  const int64_t channels = params.shape.channels;
-  if (params.shape.elements() == 0) {
-    std::fill(t.scale_backprop, t.scale_backprop + channels, 0.0f);
-    std::fill(t.offset_backprop, t.offset_backprop + channels, 0.0f);
+  const Shape s = params.shape.canonical();
+  if (s.elements() == 0) {
+    std::fill(t.scale_backprop, t.scale_backprop + s.channels, 0.0f);
+    std::fill(t.offset_backprop, t.offset_backprop + s.channels, 0.0f);
     return;
   }
-  if (params.shape.rest() >= kFastPathRest) {
-    GradComputation<T, float>(params, t, parallel_for).Run();
-  } else {
-    GradComputation<T, double>(params, t, parallel_for).Run();
+  if (s.rest() < kFastPathRest) {
+    const Call<T, double> call(params, t, parallel_for, loops);
+    return s.channels_last ? RunExactRows(call) : RunExactRuns(call);
   }
+  const Call<T, float> call(params, t, parallel_for, loops);
+  if (s.channels_last) return RunRows(call);
+  if (s.spatial < kShortPlane) return RunPlanes(call);
+  RunRuns(call);
 }
 
-template void BatchNormGradCpu<float>(const Params&, const Tensors<float>&, const ParallelFor&);
-template void BatchNormGradCpu<Half>(const Params&, const Tensors<Half>&, const ParallelFor&);
-template void BatchNormGradCpu<BFloat16>(const Params&, const Tensors<BFloat16>&,
-                                         const ParallelFor&);
+template <typename T>
+void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
+  BatchNormGradCpuWithLoops(params, t, parallel_for, LoopsFor<T>(ActiveCpuIsa()));
+}
+
+#define FBN_INSTANTIATE_CPU(T)                                                                 \
+  template void BatchNormGradCpu<T>(const Params&, const Tensors<T>&, const ParallelFor&);     \
+  template void BatchNormGradCpuWithLoops<T>(const Params&, const Tensors<T>&,                 \
+                                             const ParallelFor&, const CpuLoops<T>&);
+FBN_INSTANTIATE_CPU(float)
+FBN_INSTANTIATE_CPU(Half)
+FBN_INSTANTIATE_CPU(BFloat16)
+#undef FBN_INSTANTIATE_CPU
 
 }  // namespace fbn

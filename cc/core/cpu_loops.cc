@@ -6,14 +6,23 @@
 
 namespace fbn {
 
-void LaneSums::Clear() {
-  for (int j = 0; j < kLanes; ++j) dy[j] = dy_xc[j] = 0.0;
+void CompensatedSum::Add(double v) {
+  const double t = sum + v;
+  const double z = t - sum;
+  if (t - t == 0.0) error += (sum - (t - z)) + (v - z);  // finite: keep the rounding error
+  sum = t;
 }
 
-void LaneSums::Reduce(double* sum_dy, double* sum_dy_xc) const {
-  for (int j = 0; j < kLanes; ++j) {
-    *sum_dy += dy[j];
-    *sum_dy_xc += dy_xc[j];
+void CompensatedLanes::Clear() {
+  for (int j = 0; j < kRunLanes; ++j) dy[j] = dy_error[j] = dy_xc[j] = dy_xc_error[j] = 0.0;
+}
+
+void CompensatedLanes::AddInto(CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc) const {
+  for (int j = 0; j < kRunLanes; ++j) {
+    sum_dy->Add(dy[j]);
+    sum_dy->error += dy_error[j];
+    sum_dy_xc->Add(dy_xc[j]);
+    sum_dy_xc->error += dy_xc_error[j];
   }
 }
 
@@ -56,20 +65,16 @@ CpuIsa ActiveCpuIsa() {
   return active;
 }
 
-template <typename T, typename F>
-const CpuLoops<T, F>& LoopsFor(CpuIsa isa) {
-  const CpuLoops<T, F>* loops = nullptr;
-  if (isa == CpuIsa::kAvx512) loops = isa_avx512::Loops<T, F>();
-  if (isa == CpuIsa::kAvx2) loops = isa_avx2::Loops<T, F>();
-  return loops != nullptr ? *loops : *isa_baseline::Loops<T, F>();
+template <typename T>
+const CpuLoops<T>& LoopsFor(CpuIsa isa) {
+  const CpuLoops<T>* loops = nullptr;
+  if (isa == CpuIsa::kAvx512) loops = isa_avx512::Loops<T>();
+  if (isa == CpuIsa::kAvx2) loops = isa_avx2::Loops<T>();
+  return loops != nullptr ? *loops : *isa_baseline::Loops<T>();
 }
 
-#define FBN_INSTANTIATE_LOOPS_FOR(T)                              \
-  template const CpuLoops<T, double>& LoopsFor<T, double>(CpuIsa); \
-  template const CpuLoops<T, float>& LoopsFor<T, float>(CpuIsa);
-FBN_INSTANTIATE_LOOPS_FOR(float)
-FBN_INSTANTIATE_LOOPS_FOR(Half)
-FBN_INSTANTIATE_LOOPS_FOR(BFloat16)
-#undef FBN_INSTANTIATE_LOOPS_FOR
+template const CpuLoops<float>& LoopsFor<float>(CpuIsa);
+template const CpuLoops<Half>& LoopsFor<Half>(CpuIsa);
+template const CpuLoops<BFloat16>& LoopsFor<BFloat16>(CpuIsa);
 
 }  // namespace fbn

@@ -1,11 +1,17 @@
 // The innermost CPU loops of the batch-norm gradient, and how a caller gets the best compiled
 // copy of them for the CPU it runs on.
 //
-// The loops are plain C++ written so the compiler vectorizes them. They are compiled three
-// times from one source (cpu_loops_impl.h): for any x86-64 (SSE2), for AVX2+FMA and for
-// AVX-512; other CPUs get the portable copy only. The arithmetic is the same in every copy (no
-// contraction into FMA, no reassociation: the build uses ISO C++ mode), so every copy gives the
-// same bits and the choice only changes the speed.
+// The loops are compiled three times from one source (cpu_loops_impl.h, on the vector layer of
+// cpu_simd.h): for any x86-64 (SSE2), for AVX2 + F16C and for AVX-512; other CPUs get the
+// portable copy only. The arithmetic is the same in every copy (the same lanes, the same
+// operations in the same order, no contraction into FMA), so every copy gives the same bits
+// and the choice only changes the speed.
+//
+// The kernels (bn_grad_cpu.cc) see a tensor in one of two ways:
+//   rows  a row-major matrix whose columns each belong to one channel: channels last [R, C]
+//         (several short rows may be folded into one), or channels first [N, C * S] with short
+//         planes. Per-column arrays hold the mean, the coefficients and the sums.
+//   runs  contiguous pieces of one channel (channels first), with scalar coefficients.
 #ifndef TF_FBN_OPS_CC_CORE_CPU_LOOPS_H_
 #define TF_FBN_OPS_CC_CORE_CPU_LOOPS_H_
 
@@ -15,23 +21,53 @@
 
 namespace fbn {
 
-// Independent accumulators per channel along a channels-first run: enough for the widest
-// vector (8 doubles) times two, so the adds pipeline.
-constexpr int kLanes = 16;
+// Two families of loops:
+//   fast   float arithmetic for channels of at least kFastPathRest elements: terms
+//          dy·(x − mean) in float, added in float in fixed groups of at most kFastGroup per
+//          lane (or column), each group then added into double accumulators. A sum's error
+//          stays below 2^-20 · Σ|term| (two roundings per term, at most seven additions per
+//          group), where TensorFlow's sequential float sum loses up to R·2^-24 · Σ|term|.
+//          x_backprop in float with TensorFlow's grouping, from coefficients that were
+//          computed in double and rounded once.
+//   exact  for smaller channels, where TensorFlow's float sum can be lucky: every term in
+//          double, added with a running error term (compensated summation), so no summation
+//          order can be more accurate; x_backprop evaluated in double and rounded once to T.
+constexpr int64_t kFastPathRest = 1024;
+constexpr int64_t kFastGroup = 8;
+// Lanes of the run sums: element i of a run goes to lane i % kRunLanes in every copy.
+constexpr int kRunLanes = 16;
 
-// Σ dy and Σ dy·(x − mean) of one channel, kept in kLanes partial sums until the channel ends.
-// Not zeroed on construction (arrays of them live on the stack, mostly unused): Clear() first.
-struct LaneSums {
-  double dy[kLanes];
-  double dy_xc[kLanes];
-  void Clear();
-  void Reduce(double* sum_dy, double* sum_dy_xc) const;
+// A double sum with a running error term (compensated summation with Knuth's TwoSum): the
+// result is within about 2^-53 of |sum| plus n·2^-106 · Σ|term| of the exact sum.
+struct CompensatedSum {
+  double sum = 0.0;
+  double error = 0.0;
+  void Add(double v);
+  double Value() const { return sum + error; }
 };
 
-// Per-channel coefficients of x_backprop. Inference: dx = dy · scale_inv_std. Training, grouped
-// as TensorFlow groups it (so inf and NaN propagate the same way):
-//   dx = scale_inv_std · ((dy − dy_mean) − (x − mean) · xc_coef)
-// F is double for the exact loops and float for the fast ones.
+// The exact family's run sums: per lane, a sum and its error term. Clear() first.
+struct CompensatedLanes {
+  double dy[kRunLanes];
+  double dy_error[kRunLanes];
+  double dy_xc[kRunLanes];
+  double dy_xc_error[kRunLanes];
+  void Clear();
+  // Adds the lanes, in lane order, into the two sums.
+  void AddInto(CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc) const;
+};
+
+// The exact family's per-column sums of a rows window: four arrays of the window's width.
+struct CompensatedColumns {
+  double* dy;
+  double* dy_error;
+  double* dy_xc;
+  double* dy_xc_error;
+};
+
+// Coefficients of x_backprop, per column (rows) or per channel (runs). Inference:
+// dx = dy · scale_inv_std. Training, grouped as TensorFlow groups it (so infinities and NaNs
+// propagate the same way):  dx = scale_inv_std · ((dy − dy_mean) − (x − mean) · xc_coef).
 template <typename F>
 struct DxCoefficients {
   const F* mean = nullptr;
@@ -40,43 +76,49 @@ struct DxCoefficients {
   const F* xc_coef = nullptr;  // training only
 };
 
-// Two families of loops with the same shapes, F = double ("exact") or F = float ("fast"):
-//   exact  every term in double (a float is exact there, so x − mean and dy·(x − mean) carry no
-//          rounding), x_backprop evaluated in double and rounded once to T.
-//   fast   float arithmetic, two to three times the speed where the CPU, not memory, is the
-//          limit: terms dy·(x − mean) in float, added in float in fixed groups of at most
-//          kFastGroup and then into double accumulators, so a sum's error stays below
-//          2^-20 · Σ|term| (two roundings per term, seven additions per group); x_backprop in
-//          float with TensorFlow's grouping from coefficients that were computed in double and
-//          rounded once. Per element that is TensorFlow's own arithmetic with better
-//          coefficients and far better sums.
-// The kernels use the fast family only for channels of at least kFastPathRest elements, where a
-// float sum such as TensorFlow's has already lost far more than the terms' roundings; small
-// channels, where TensorFlow can be lucky, always get the exact one.
-constexpr int64_t kFastPathRest = 1024;
-constexpr int64_t kFastGroup = 8;
+// One channel's coefficients, for the runs.
+template <typename F>
+struct RunCoefficients {
+  F mean = 0;
+  F scale_inv_std = 0;
+  F dy_mean = 0;
+  F xc_coef = 0;
+};
 
-// One compiled copy of the loops for element type T and arithmetic type F (double: exact,
-// float: fast). The kernels see a tensor as a row-major matrix whose columns each belong to one
-// channel (cc/core/bn_grad_cpu.cc): per-column arrays (mean, coefficients, accumulators) are
-// indexed by column. Runs are contiguous pieces of a single channel.
-template <typename T, typename F>
+// One compiled copy of the loops for element type T. A rows window is `rows` rows of `width`
+// elements, row r starting at element r * stride; per-column arrays are indexed by column.
+template <typename T>
 struct CpuLoops {
-  // Per column j of a [rows, width] window whose row r starts at element r * stride:
+  // ---- Fast family (float arithmetic, double accumulators).
   // sum_dy[j] += Σ_r dy[r][j], sum_dy_xc[j] += Σ_r dy[r][j] · (x[r][j] − mean[j]).
   void (*sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
-                   const F* mean, double* sum_dy, double* sum_dy_xc);
-  // The same for a run of one channel, into lane sums.
-  void (*sum_run)(const T* dy, const T* x, F mean, int64_t length, LaneSums* sums);
-  // x_backprop of `count` consecutive elements, element j with the coefficients of column j.
-  void (*inference_dx)(const T* dy, T* dx, const DxCoefficients<F>& k, int64_t count);
-  void (*training_dx)(const T* dy, const T* x, T* dx, const DxCoefficients<F>& k,
-                      int64_t count);
-  // x_backprop of a run of channel c: the coefficients of entry c.
-  void (*inference_dx_run)(const T* dy, T* dx, const DxCoefficients<F>& k, int64_t c,
-                           int64_t length);
-  void (*training_dx_run)(const T* dy, const T* x, T* dx, const DxCoefficients<F>& k,
-                          int64_t c, int64_t length);
+                   const float* mean, double* sum_dy, double* sum_dy_xc);
+  // The same, and inference's x_backprop of the window: dx[r][j] = dy[r][j] · scale_inv_std[j].
+  void (*sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                             int64_t width, const float* mean, const float* scale_inv_std,
+                             double* sum_dy, double* sum_dy_xc);
+  // Training's x_backprop of the window.
+  void (*training_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                           int64_t width, const DxCoefficients<float>& k);
+  // Along a run of one channel: *sum_dy += Σ dy, *sum_dy_xc += Σ dy · (x − mean) (element i
+  // of the run summed in lane i % kRunLanes, the lanes then added in a fixed order).
+  void (*sum_run)(const T* dy, const T* x, float mean, int64_t length, double* sum_dy,
+                  double* sum_dy_xc);
+  void (*sum_run_inference)(const T* dy, const T* x, T* dx, float mean, float scale_inv_std,
+                            int64_t length, double* sum_dy, double* sum_dy_xc);
+  void (*training_dx_run)(const T* dy, const T* x, T* dx, int64_t length,
+                          const RunCoefficients<float>& k);
+
+  // ---- Exact family (double arithmetic, compensated sums).
+  void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+                         const double* mean, const CompensatedColumns& sums);
+  void (*exact_sum_run)(const T* dy, const T* x, double mean, int64_t length,
+                        CompensatedLanes* sums);
+  // x_backprop; inference where k.dy_mean is null.
+  void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                        int64_t width, const DxCoefficients<double>& k);
+  void (*exact_dx_run)(const T* dy, const T* x, T* dx, int64_t length, bool training,
+                       const RunCoefficients<double>& k);
 };
 
 enum class CpuIsa { kBaseline, kAvx2, kAvx512 };
@@ -89,27 +131,33 @@ CpuIsa ActiveCpuIsa();
 const char* CpuIsaName(CpuIsa isa);
 
 // The copy of the loops compiled for `isa`; the portable one if this build lacks it.
-template <typename T, typename F>
-const CpuLoops<T, F>& LoopsFor(CpuIsa isa);
+template <typename T>
+const CpuLoops<T>& LoopsFor(CpuIsa isa);
 
 // One copy per instruction set (cpu_loops_<isa>.cc); null where the build has none.
 namespace isa_baseline {
-template <typename T, typename F>
-const CpuLoops<T, F>* Loops();
+template <typename T>
+const CpuLoops<T>* Loops();
 }
 namespace isa_avx2 {
-template <typename T, typename F>
-const CpuLoops<T, F>* Loops();
+template <typename T>
+const CpuLoops<T>* Loops();
 }
 namespace isa_avx512 {
-template <typename T, typename F>
-const CpuLoops<T, F>* Loops();
+template <typename T>
+const CpuLoops<T>* Loops();
 }
 
-// Explicit instantiations of an instruction set's Loops<T, F>() for one element type.
-#define FBN_INSTANTIATE_LOOPS(T)                            \
-  template const CpuLoops<T, double>* Loops<T, double>(); \
-  template const CpuLoops<T, float>* Loops<T, float>();
+// BatchNormGradCpu (bn_grad.h) with the given copy of the loops, so tests can compare copies.
+template <typename T>
+void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
+                               const ParallelFor& parallel_for, const CpuLoops<T>& loops);
+
+// Explicit instantiations of an instruction set's Loops<T>() for every element type.
+#define FBN_INSTANTIATE_LOOPS()                      \
+  template const CpuLoops<float>* Loops<float>();    \
+  template const CpuLoops<Half>* Loops<Half>();      \
+  template const CpuLoops<BFloat16>* Loops<BFloat16>();
 
 }  // namespace fbn
 

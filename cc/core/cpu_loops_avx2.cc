@@ -5,6 +5,7 @@
 // portable one.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -20,18 +21,16 @@ namespace isa_avx2 {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
 #pragma GCC target("avx2,f16c")
-#define FBN_LOOPS_HAVE_F16C 1
+#define FBN_SIMD_AVX2 1
 #include "cc/core/cpu_loops_impl.h"
-#undef FBN_LOOPS_HAVE_F16C
+#undef FBN_SIMD_AVX2
 #pragma GCC pop_options
 #else
-template <typename T, typename F>
-const CpuLoops<T, F>* Loops() {
+template <typename T>
+const CpuLoops<T>* Loops() {
   return nullptr;
 }
-FBN_INSTANTIATE_LOOPS(float)
-FBN_INSTANTIATE_LOOPS(Half)
-FBN_INSTANTIATE_LOOPS(BFloat16)
+FBN_INSTANTIATE_LOOPS()
 #endif
 
 }  // namespace isa_avx2

@@ -1,10 +1,11 @@
-// The AVX-512 (Skylake-SP, Ice Lake, Zen 4 and later) copy of the CPU loops.
+// The AVX-512 (Skylake-SP, Ice Lake, Sapphire Rapids, Zen 4 and later) copy of the CPU loops.
 // Compiled with GCC's target pragma rather than per-file flags, so every build (setup.py, Bazel,
 // the Makefile's test programs) makes it the same way; cpu_loops.cc picks it only on CPUs that
 // have the instructions. Other compilers get no copy here (Loops() returns null) and use the
 // portable one.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #if defined(__x86_64__)
@@ -24,21 +25,17 @@ namespace isa_avx512 {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx2,f16c,avx512f,avx512bw,avx512dq,avx512vl")
-#define FBN_LOOPS_HAVE_F16C 1
-#define FBN_LOOPS_HAVE_AVX512 1
+#define FBN_SIMD_AVX512 1
 #include "cc/core/cpu_loops_impl.h"
-#undef FBN_LOOPS_HAVE_F16C
-#undef FBN_LOOPS_HAVE_AVX512
+#undef FBN_SIMD_AVX512
 #pragma GCC diagnostic pop
 #pragma GCC pop_options
 #else
-template <typename T, typename F>
-const CpuLoops<T, F>* Loops() {
+template <typename T>
+const CpuLoops<T>* Loops() {
   return nullptr;
 }
-FBN_INSTANTIATE_LOOPS(float)
-FBN_INSTANTIATE_LOOPS(Half)
-FBN_INSTANTIATE_LOOPS(BFloat16)
+FBN_INSTANTIATE_LOOPS()
 #endif
 
 }  // namespace isa_avx512

@@ -166,6 +166,8 @@ inline std::vector<Case> TestCases() {
       {4, 1, 9, false},    {2, 64, 300, false},  {2, 3, 200000, false}, {7, 5, 33, false},
       // Short planes with too many rows for one unit; short rows folded, with a remainder.
       {3000, 4, 50, false}, {500, 3, 301, true},
+      // Long planes in fused groups; wide rows with a short register tile.
+      {8, 6, 333, false},   {6, 40, 130, false},  {1, 300, 1100, true},
   };
   std::vector<Case> cases;
   for (const Shape& s : shapes) {

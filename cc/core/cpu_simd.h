@@ -1,0 +1,326 @@
+// A 16-lane float vector for the CPU loops, and the loads, stores and conversions around it.
+// No include guard on purpose: each cpu_loops_<isa>.cc includes this file (through
+// cpu_loops_impl.h) once, inside its own namespace and under its own `#pragma GCC target`.
+//
+// `Floats` is 16 float lanes made of the copy's native registers: one AVX-512 register, two
+// AVX2 registers or four SSE2 registers (GCC keeps wider generic vectors in memory when the
+// target lacks registers that wide, hence the explicit parts). Every lane is plain IEEE float
+// arithmetic, so a computation has the same lanes, the same operations and the same order of
+// operations in every copy, and every copy gives the same bits (no contraction into FMA: the
+// build uses -ffp-contract=off). Only memory access and the 16-bit conversions differ per
+// instruction set, and those are exact.
+//
+// Each copy defines, before including this file, FBN_SIMD_AVX512 or FBN_SIMD_AVX2 (AVX2 + F16C)
+// or neither (the portable copy).
+
+// Everything that takes or returns a vector is inlined into the loops: vectors never cross a
+// function call, whose ABI would depend on the copy's instruction set. GCC still warns about
+// that ABI where such a helper is declared (and at the end of the file, hence no pop).
+#ifndef FBN_INLINE
+#define FBN_INLINE inline __attribute__((always_inline))
+#endif
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+constexpr int kLanes = 16;
+#if defined(FBN_SIMD_AVX512)
+constexpr int kPartLanes = 16;
+#elif defined(FBN_SIMD_AVX2)
+constexpr int kPartLanes = 8;
+#else
+constexpr int kPartLanes = 4;
+#endif
+constexpr int kParts = kLanes / kPartLanes;
+
+typedef float Part __attribute__((vector_size(kPartLanes * sizeof(float))));
+typedef uint32_t PartBits __attribute__((vector_size(kPartLanes * sizeof(uint32_t))));
+typedef int32_t PartMask __attribute__((vector_size(kPartLanes * sizeof(int32_t))));
+typedef uint16_t PartBits16 __attribute__((vector_size(kPartLanes * sizeof(uint16_t))));
+
+struct Floats {
+  Part part[kParts];
+  float lane(int i) const { return part[i / kPartLanes][i % kPartLanes]; }
+};
+
+FBN_INLINE Floats operator+(const Floats& a, const Floats& b) {
+  Floats r;
+  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] + b.part[i];
+  return r;
+}
+FBN_INLINE Floats operator-(const Floats& a, const Floats& b) {
+  Floats r;
+  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] - b.part[i];
+  return r;
+}
+FBN_INLINE Floats operator*(const Floats& a, const Floats& b) {
+  Floats r;
+  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] * b.part[i];
+  return r;
+}
+FBN_INLINE Floats& operator+=(Floats& a, const Floats& b) {
+  for (int i = 0; i < kParts; ++i) a.part[i] += b.part[i];
+  return a;
+}
+
+FBN_INLINE Floats Broadcast(float v) {
+  Floats r;
+#if defined(FBN_SIMD_AVX512)
+  r.part[0] = reinterpret_cast<Part>(_mm512_set1_ps(v));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) r.part[i] = reinterpret_cast<Part>(_mm256_set1_ps(v));
+#elif defined(__SSE2__)
+  for (int i = 0; i < kParts; ++i) r.part[i] = reinterpret_cast<Part>(_mm_set1_ps(v));
+#else
+  for (int l = 0; l < kLanes; ++l) r.part[l / kPartLanes][l % kPartLanes] = v;
+#endif
+  return r;
+}
+
+template <typename V, typename E>
+FBN_INLINE V LoadBytes(const E* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+template <typename V, typename E>
+FBN_INLINE void StoreBytes(E* p, const V& v) {
+  std::memcpy(p, &v, sizeof(v));
+}
+
+#if defined(FBN_SIMD_AVX512)
+FBN_INLINE __mmask16 FirstLanes(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
+#elif defined(FBN_SIMD_AVX2)
+// The AVX2 masked moves take a per-lane sign mask: lanes [0, n) of a part.
+FBN_INLINE __m256i FirstLanes8(int n) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), index);
+}
+#endif
+
+// ---- float: whole vectors, and the first n lanes (the rest read as zero, and are not stored).
+
+FBN_INLINE Floats Load(const float* p) {
+  Floats v;
+  for (int i = 0; i < kParts; ++i) v.part[i] = LoadBytes<Part>(p + i * kPartLanes);
+  return v;
+}
+
+FBN_INLINE void Store(float* p, const Floats& v) {
+  for (int i = 0; i < kParts; ++i) StoreBytes(p + i * kPartLanes, v.part[i]);
+}
+
+FBN_INLINE Floats Load(const float* p, int n) {
+  Floats v;
+#if defined(FBN_SIMD_AVX512)
+  v.part[0] = reinterpret_cast<Part>(_mm512_maskz_loadu_ps(FirstLanes(n), p));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    v.part[i] = reinterpret_cast<Part>(_mm256_maskload_ps(p + i * 8, FirstLanes8(n - i * 8)));
+  }
+#else
+  float staged[kLanes] = {};
+  std::memcpy(staged, p, n * sizeof(float));
+  v = Load(staged);
+#endif
+  return v;
+}
+
+FBN_INLINE void Store(float* p, const Floats& v, int n) {
+#if defined(FBN_SIMD_AVX512)
+  _mm512_mask_storeu_ps(p, FirstLanes(n), reinterpret_cast<__m512>(v.part[0]));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    _mm256_maskstore_ps(p + i * 8, FirstLanes8(n - i * 8), reinterpret_cast<__m256>(v.part[i]));
+  }
+#else
+  float staged[kLanes];
+  Store(staged, v);
+  std::memcpy(p, staged, n * sizeof(float));
+#endif
+}
+
+// ---- half and bfloat16: widened exactly on load, rounded to nearest even on store, with the
+// same bits as float16_convert.h (the F16C instructions implement exactly that rounding, quiet
+// NaNs included).
+
+FBN_INLINE Floats Widen(const uint16_t* p, const Half*) {
+  Floats v;
+#if defined(FBN_SIMD_AVX512)
+  v.part[0] = reinterpret_cast<Part>(
+      _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    v.part[i] = reinterpret_cast<Part>(
+        _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * 8))));
+  }
+#else
+  for (int l = 0; l < kLanes; ++l) v.part[l / kPartLanes][l % kPartLanes] = HalfBitsToFloat(p[l]);
+#endif
+  return v;
+}
+
+FBN_INLINE Floats Widen(const uint16_t* p, const BFloat16*) {
+  Floats v;
+  for (int i = 0; i < kParts; ++i) {
+    const PartBits16 bits = LoadBytes<PartBits16>(p + i * kPartLanes);
+    v.part[i] = reinterpret_cast<Part>(__builtin_convertvector(bits, PartBits) << 16);
+  }
+  return v;
+}
+
+FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const Half*) {
+#if defined(FBN_SIMD_AVX512)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                      _mm512_cvtps_ph(reinterpret_cast<__m512>(v.part[0]),
+                                      _MM_FROUND_TO_NEAREST_INT));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + i * 8),
+                     _mm256_cvtps_ph(reinterpret_cast<__m256>(v.part[i]),
+                                     _MM_FROUND_TO_NEAREST_INT));
+  }
+#else
+  for (int l = 0; l < kLanes; ++l) p[l] = FloatToHalfBits(v.lane(l));
+#endif
+}
+
+// FloatToBFloat16Bits on every lane: round to nearest even on the dropped 16 bits; a NaN
+// becomes the quiet NaN of its sign.
+FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const BFloat16*) {
+  for (int i = 0; i < kParts; ++i) {
+    const PartBits u = reinterpret_cast<PartBits>(v.part[i]);
+    const PartBits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const PartBits quiet_nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    const PartBits is_nan = reinterpret_cast<PartBits>((u & 0x7fffffffu) > 0x7f800000u);
+    const PartBits bits = (rounded & ~is_nan) | (quiet_nan & is_nan);
+    StoreBytes(p + i * kPartLanes, __builtin_convertvector(bits, PartBits16));
+  }
+}
+
+template <typename T>
+FBN_INLINE Floats Load(const T* p) {
+  return Widen(reinterpret_cast<const uint16_t*>(p), p);
+}
+
+template <typename T>
+FBN_INLINE void Store(T* p, const Floats& v) {
+  Narrow(v, reinterpret_cast<uint16_t*>(p), p);
+}
+
+template <typename T>
+FBN_INLINE Floats Load(const T* p, int n) {
+  uint16_t staged[kLanes] = {};
+#if defined(FBN_SIMD_AVX512)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(staged), _mm256_maskz_loadu_epi16(FirstLanes(n), p));
+#else
+  std::memcpy(staged, p, n * sizeof(uint16_t));
+#endif
+  return Widen(staged, p);
+}
+
+template <typename T>
+FBN_INLINE void Store(T* p, const Floats& v, int n) {
+  uint16_t staged[kLanes];
+  Narrow(v, staged, p);
+#if defined(FBN_SIMD_AVX512)
+  _mm256_mask_storeu_epi16(p, FirstLanes(n), _mm256_loadu_si256(reinterpret_cast<__m256i*>(staged)));
+#else
+  std::memcpy(p, staged, n * sizeof(uint16_t));
+#endif
+}
+
+// n <= kLanes elements: the whole-vector access where it can.
+template <typename T>
+FBN_INLINE Floats LoadUpTo(const T* p, int n) {
+  return n == kLanes ? Load(p) : Load(p, n);
+}
+template <typename T>
+FBN_INLINE void StoreUpTo(T* p, const Floats& v, int n) {
+  if (n == kLanes) {
+    Store(p, v);
+  } else {
+    Store(p, v, n);
+  }
+}
+
+// ---- Double accumulators: 16 double lanes in registers (twice as many parts as Floats).
+
+constexpr int kDoubleParts = 2 * kParts;
+constexpr int kDoublePartLanes = kPartLanes / 2;
+typedef double DoublePart __attribute__((vector_size(kPartLanes * sizeof(float))));
+
+struct Doubles {
+  DoublePart part[kDoubleParts];
+};
+
+FBN_INLINE Doubles LoadDoubles(const double* p) {
+  Doubles d;
+  for (int i = 0; i < kDoubleParts; ++i) d.part[i] = LoadBytes<DoublePart>(p + i * kDoublePartLanes);
+  return d;
+}
+
+FBN_INLINE void StoreDoubles(double* p, const Doubles& d) {
+  for (int i = 0; i < kDoubleParts; ++i) StoreBytes(p + i * kDoublePartLanes, d.part[i]);
+}
+
+// acc += the 16 float lanes of v, each converted to double exactly.
+FBN_INLINE void Accumulate(Doubles* acc, const Floats& v) {
+#if defined(FBN_SIMD_AVX512)
+  const __m512 w = reinterpret_cast<__m512>(v.part[0]);
+  const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
+  acc->part[0] += reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm512_castps512_ps256(w)));
+  acc->part[1] += reinterpret_cast<DoublePart>(_mm512_cvtps_pd(hi));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    const __m256 w = reinterpret_cast<__m256>(v.part[i]);
+    acc->part[2 * i] += reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_castps256_ps128(w)));
+    acc->part[2 * i + 1] += reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+  }
+#elif defined(__SSE2__)
+  for (int i = 0; i < kParts; ++i) {
+    const __m128 w = reinterpret_cast<__m128>(v.part[i]);
+    acc->part[2 * i] += reinterpret_cast<DoublePart>(_mm_cvtps_pd(w));
+    acc->part[2 * i + 1] += reinterpret_cast<DoublePart>(_mm_cvtps_pd(_mm_movehl_ps(w, w)));
+  }
+#else
+  for (int l = 0; l < kLanes; ++l) {
+    acc->part[l / kDoublePartLanes][l % kDoublePartLanes] += static_cast<double>(v.lane(l));
+  }
+#endif
+}
+
+// The 16 lanes added in a fixed order, the same in every copy: lane i + 8 into lane i, then
+// i + 4 into i, i + 2 into i, and lane 1 into lane 0.
+FBN_INLINE double ReduceLanes(const Doubles& d) {
+  DoublePart p[kDoubleParts];
+  for (int i = 0; i < kDoubleParts; ++i) p[i] = d.part[i];
+  for (int parts = kDoubleParts / 2; parts >= 1; parts /= 2) {
+    for (int i = 0; i < parts; ++i) p[i] += p[i + parts];
+  }
+  double lanes[kDoublePartLanes];
+  StoreBytes(lanes, p[0]);
+  for (int width = kDoublePartLanes / 2; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
+  }
+  return lanes[0];
+}
+
+// acc[0..n) += the first n lanes of d.
+FBN_INLINE void AddDoublesTo(double* acc, const Doubles& d, int n = kLanes) {
+  if (n == kLanes) {
+    Doubles sum = LoadDoubles(acc);
+    for (int i = 0; i < kDoubleParts; ++i) sum.part[i] += d.part[i];
+    return StoreDoubles(acc, sum);
+  }
+  for (int l = 0; l < n; ++l) acc[l] += d.part[l / kDoublePartLanes][l % kDoublePartLanes];
+}
+
+// acc[0..n) += the first n lanes of v (the other accumulators are not touched).
+FBN_INLINE void AddTo(double* acc, const Floats& v, int n = kLanes) {
+  if (n == kLanes) {
+    Doubles d = LoadDoubles(acc);
+    Accumulate(&d, v);
+    return StoreDoubles(acc, d);
+  }
+  for (int l = 0; l < n; ++l) acc[l] += static_cast<double>(v.lane(l));
+}
