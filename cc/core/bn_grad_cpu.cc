@@ -39,6 +39,9 @@ namespace {
 
 // About this many elements per unit of work (fewer units for tiny calls).
 constexpr int64_t kUnitElements = int64_t{1} << 15;
+// Rows wider than kMaxDownRowsWidth are summed in stripes (cpu_loops.h), which read memory as
+// kFastGroup streams; blocks of them this large keep the streams long.
+constexpr int64_t kStripedUnitElements = int64_t{1} << 17;
 // A rows block has at least this many rows, so that its partial sums (two doubles per column)
 // stay small next to the block's own data.
 constexpr int64_t kMinBlockRows = 128;
@@ -275,7 +278,8 @@ void RunRows(const Call<T, float>& call) {
   const int64_t fold = C < kMinRowWidth ? CeilDiv(kMinRowWidth, C) : 1;
   const int64_t columns = fold * C;  // of a folded row
   // Blocks of whole folded rows.
-  const Blocks blocks(call.s.rest(), std::max(kMinBlockRows, kUnitElements / C), fold);
+  const int64_t unit = columns > kMaxDownRowsWidth ? kStripedUnitElements : kUnitElements;
+  const Blocks blocks(call.s.rest(), std::max(kMinBlockRows, unit / C), fold);
   float* column_data = CallScratch<float, kColumnSlot>(4 * columns);
   const Columns<float> k{column_data, column_data + columns, column_data + 2 * columns,
                          column_data + 3 * columns};
@@ -402,18 +406,23 @@ void RunRuns(const Call<T, float>& call) {
   const CpuLoops<T>& loops = call.loops;
   const Shape& s = call.s;
   const int64_t C = s.channels, S = s.spatial, R = s.rest();
-  auto sum_run = [&](int64_t c, int64_t offset, int64_t length, double* sum_dy,
-                     double* sum_dy_xc) {
+  // `count` runs of channels c, c + 1, ... starting at `offset`, into sums[0][0...] and
+  // sums[1][0...]; then their training x_backprop.
+  auto sum_runs = [&](int64_t c, int64_t offset, int64_t length, int64_t count, double* sum_dy,
+                      double* sum_dy_xc) {
     if (call.training) {
-      loops.sum_run(t.y_backprop + offset, t.x + offset, call.mean[c], length, sum_dy, sum_dy_xc);
+      loops.sum_runs(t.y_backprop + offset, t.x + offset, length, count, call.mean + c, sum_dy,
+                     sum_dy_xc);
     } else {
-      loops.sum_run_inference(t.y_backprop + offset, t.x + offset, t.x_backprop + offset,
-                              call.mean[c], call.scale_inv_std[c], length, sum_dy, sum_dy_xc);
+      loops.sum_runs_inference(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, length,
+                               count, call.mean + c, call.scale_inv_std + c, sum_dy, sum_dy_xc);
     }
   };
-  auto dx_run = [&](int64_t c, int64_t offset, int64_t length) {
-    loops.training_dx_run(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, length,
-                          call.RunCoefficientsOf(c));
+  auto dx_runs = [&](int64_t c, int64_t offset, int64_t length, int64_t count) {
+    const DxCoefficients<float> k{call.mean + c, call.scale_inv_std + c, call.dy_mean + c,
+                                  call.xc_coef + c};
+    loops.training_dx_runs(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, length,
+                           count, k);
   };
 
   const int64_t channel_bytes = R * 2 * static_cast<int64_t>(sizeof(T));
@@ -427,15 +436,11 @@ void RunRuns(const Call<T, float>& call) {
       const int64_t c0 = groups.begin(g), c1 = groups.end(g);
       double sums[2][kMaxGroupChannels] = {};
       for (int64_t n = 0; n < s.batch; ++n) {
-        for (int64_t c = c0; c < c1; ++c) {
-          sum_run(c, (n * C + c) * S, S, &sums[0][c - c0], &sums[1][c - c0]);
-        }
+        sum_runs(c0, (n * C + c0) * S, S, c1 - c0, sums[0], sums[1]);
       }
       for (int64_t c = c0; c < c1; ++c) call.Finish(c, sums[0][c - c0], sums[1][c - c0]);
       if (!call.training) return;
-      for (int64_t n = 0; n < s.batch; ++n) {
-        for (int64_t c = c0; c < c1; ++c) dx_run(c, (n * C + c) * S, S);
-      }
+      for (int64_t n = 0; n < s.batch; ++n) dx_runs(c0, (n * C + c0) * S, S, c1 - c0);
     });
     return;
   }
@@ -449,7 +454,7 @@ void RunRuns(const Call<T, float>& call) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     double sum_dy = 0.0, sum_dy_xc = 0.0;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b), [&](int64_t offset, int64_t length) {
-      sum_run(c, offset, length, &sum_dy, &sum_dy_xc);
+      sum_runs(c, offset, length, 1, &sum_dy, &sum_dy_xc);
     });
     partials.sum_dy(b)[c] = sum_dy;
     partials.sum_dy_xc(b)[c] = sum_dy_xc;
@@ -459,7 +464,7 @@ void RunRuns(const Call<T, float>& call) {
   call.RunUnits(units, blocks.size, /*reverse=*/true, [&](int64_t u) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b),
-               [&](int64_t offset, int64_t length) { dx_run(c, offset, length); });
+               [&](int64_t offset, int64_t length) { dx_runs(c, offset, length, 1); });
   });
 }
 
@@ -474,7 +479,7 @@ void RunExactRows(const Call<T, double>& call) {
   call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
     const int64_t c0 = groups.begin(g), width = groups.end(g) - c0;
     double sums[4][kMaxUnitColumns];
-    std::fill(&sums[0][0], &sums[0][0] + 4 * kMaxUnitColumns, 0.0);
+    for (auto& column_sums : sums) std::fill(column_sums, column_sums + width, 0.0);
     const CompensatedColumns columns{sums[0], sums[1], sums[2], sums[3]};
     call.loops.exact_sum_rows(t.y_backprop + c0, t.x + c0, C, R, width, call.mean + c0,
                               columns);
@@ -495,20 +500,12 @@ void RunExactRuns(const Call<T, double>& call) {
   const Groups groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
   call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
     for (int64_t c = groups.begin(g); c < groups.end(g); ++c) {
-      CompensatedLanes lanes;
-      lanes.Clear();
-      for (int64_t n = 0; n < call.s.batch; ++n) {
-        const int64_t offset = (n * C + c) * S;
-        call.loops.exact_sum_run(t.y_backprop + offset, t.x + offset, call.mean[c], S, &lanes);
-      }
       CompensatedSum sum_dy, sum_dy_xc;
-      lanes.AddInto(&sum_dy, &sum_dy_xc);
+      call.loops.exact_sum_runs(t.y_backprop + c * S, t.x + c * S, call.mean[c], S,
+                                call.s.batch, C * S, &sum_dy, &sum_dy_xc);
       call.Finish(c, sum_dy.Value(), sum_dy_xc.Value());
-      for (int64_t n = 0; n < call.s.batch; ++n) {
-        const int64_t offset = (n * C + c) * S;
-        call.loops.exact_dx_run(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, S,
-                                call.training, call.RunCoefficientsOf(c));
-      }
+      call.loops.exact_dx_runs(t.y_backprop + c * S, t.x + c * S, t.x_backprop + c * S, S,
+                               call.s.batch, C * S, call.training, call.RunCoefficientsOf(c));
     }
   });
 }

@@ -13,19 +13,6 @@ void CompensatedSum::Add(double v) {
   sum = t;
 }
 
-void CompensatedLanes::Clear() {
-  for (int j = 0; j < kRunLanes; ++j) dy[j] = dy_error[j] = dy_xc[j] = dy_xc_error[j] = 0.0;
-}
-
-void CompensatedLanes::AddInto(CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc) const {
-  for (int j = 0; j < kRunLanes; ++j) {
-    sum_dy->Add(dy[j]);
-    sum_dy->error += dy_error[j];
-    sum_dy_xc->Add(dy_xc[j]);
-    sum_dy_xc->error += dy_xc_error[j];
-  }
-}
-
 CpuIsa DetectedCpuIsa() {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {

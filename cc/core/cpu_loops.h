@@ -34,6 +34,10 @@ namespace fbn {
 //          order can be more accurate; x_backprop evaluated in double and rounded once to T.
 constexpr int64_t kFastPathRest = 1024;
 constexpr int64_t kFastGroup = 8;
+// The fast rows sums add a column's rows in order, kFastGroup at a time, for rows of at most
+// this many columns; wider rows in kFastGroup stripes of rows, one term of each stripe at a time
+// added as a tree (cpu_loops_impl.h).
+constexpr int64_t kMaxDownRowsWidth = 128;
 // Lanes of the run sums: element i of a run goes to lane i % kRunLanes in every copy.
 constexpr int kRunLanes = 16;
 
@@ -44,17 +48,6 @@ struct CompensatedSum {
   double error = 0.0;
   void Add(double v);
   double Value() const { return sum + error; }
-};
-
-// The exact family's run sums: per lane, a sum and its error term. Clear() first.
-struct CompensatedLanes {
-  double dy[kRunLanes];
-  double dy_error[kRunLanes];
-  double dy_xc[kRunLanes];
-  double dy_xc_error[kRunLanes];
-  void Clear();
-  // Adds the lanes, in lane order, into the two sums.
-  void AddInto(CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc) const;
 };
 
 // The exact family's per-column sums of a rows window: four arrays of the window's width.
@@ -76,7 +69,7 @@ struct DxCoefficients {
   const F* xc_coef = nullptr;  // training only
 };
 
-// One channel's coefficients, for the runs.
+// One channel's coefficients, for the exact runs.
 template <typename F>
 struct RunCoefficients {
   F mean = 0;
@@ -100,25 +93,32 @@ struct CpuLoops {
   // Training's x_backprop of the window.
   void (*training_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                            int64_t width, const DxCoefficients<float>& k);
-  // Along a run of one channel: *sum_dy += Σ dy, *sum_dy_xc += Σ dy · (x − mean) (element i
-  // of the run summed in lane i % kRunLanes, the lanes then added in a fixed order).
-  void (*sum_run)(const T* dy, const T* x, float mean, int64_t length, double* sum_dy,
-                  double* sum_dy_xc);
-  void (*sum_run_inference)(const T* dy, const T* x, T* dx, float mean, float scale_inv_std,
-                            int64_t length, double* sum_dy, double* sum_dy_xc);
-  void (*training_dx_run)(const T* dy, const T* x, T* dx, int64_t length,
-                          const RunCoefficients<float>& k);
+  // `count` consecutive runs of `length` elements, run k belonging to the channel whose values
+  // are entry k of the arrays: sum_dy[k] += Σ dy, sum_dy_xc[k] += Σ dy · (x − mean[k]) (element
+  // i of a run summed in lane i % kRunLanes, the lanes then added in a fixed order).
+  void (*sum_runs)(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
+                   double* sum_dy, double* sum_dy_xc);
+  // The same, and inference's x_backprop: dx = dy · scale_inv_std[k].
+  void (*sum_runs_inference)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                             const float* mean, const float* scale_inv_std, double* sum_dy,
+                             double* sum_dy_xc);
+  // Training's x_backprop of the runs.
+  void (*training_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                           const DxCoefficients<float>& k);
 
   // ---- Exact family (double arithmetic, compensated sums).
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const CompensatedColumns& sums);
-  void (*exact_sum_run)(const T* dy, const T* x, double mean, int64_t length,
-                        CompensatedLanes* sums);
+  // `count` runs of one channel, run k at element k * stride: element i of a run summed in lane
+  // i % kRunLanes, the lanes then added as a tree (lane i + 8 into i, then i + 4, i + 2, i + 1)
+  // into *sum_dy and *sum_dy_xc.
+  void (*exact_sum_runs)(const T* dy, const T* x, double mean, int64_t length, int64_t count,
+                         int64_t stride, CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc);
   // x_backprop; inference where k.dy_mean is null.
   void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                         int64_t width, const DxCoefficients<double>& k);
-  void (*exact_dx_run)(const T* dy, const T* x, T* dx, int64_t length, bool training,
-                       const RunCoefficients<double>& k);
+  void (*exact_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                        int64_t stride, bool training, const RunCoefficients<double>& k);
 };
 
 enum class CpuIsa { kBaseline, kAvx2, kAvx512 };

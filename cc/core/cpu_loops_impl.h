@@ -72,7 +72,8 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
     for (int64_t r = r0; r < r1; ++r, at += stride) {
       for (int v = 0; v < kVectors; ++v) {
         const int n = TileLanes<kVectors, kWhole>(v, last);
-        const Floats d = LoadUpTo(dy + at + v * kLanes, n);
+        Floats d = LoadUpTo(dy + at + v * kLanes, n);
+        Pin(d);
         group_dy[v] += d;
         group_dy_xc[v] += d * (LoadUpTo(x + at + v * kLanes, n) - m[v]);
         if constexpr (kInference) StoreUpTo(dx + at + v * kLanes, d * a[v], n);
@@ -90,45 +91,62 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
   }
 }
 
-// x_backprop of inference for `rows` rows in row order.
-template <typename T>
-FBN_INLINE void InferenceDxRowMajor(const T* dy, T* dx, int64_t at, int64_t stride, int64_t rows,
-                                    int64_t width, const float* scale_inv_std) {
-  for (int64_t r = 0; r < rows; ++r, at += stride) {
+// Rows wider than a tile: the rows split into kFastGroup stripes walked side by side, so that
+// memory is read as kFastGroup long sequential streams; a column's terms from the stripes are
+// added as a tree in registers, then into its double sums.
+template <typename T, bool kInference>
+void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                    const float* mean, const float* scale_inv_std, double* sum_dy,
+                    double* sum_dy_xc) {
+  const int64_t stripe = (rows + kFastGroup - 1) / kFastGroup;
+  for (int64_t i = 0; i < stripe; ++i) {
     for (int64_t j = 0; j < width; j += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-      StoreUpTo(dx + at + j, LoadUpTo(dy + at + j, n) * LoadUpTo(scale_inv_std + j, n), n);
+      const Floats m = LoadUpTo(mean + j, n);
+      Floats d[kFastGroup], t[kFastGroup];
+      for (int k = 0; k < kFastGroup; ++k) {
+        const int64_t r = k * stripe + i;
+        if (r < rows) {
+          const int64_t at = r * stride + j;
+          d[k] = LoadUpTo(dy + at, n);
+          Pin(d[k]);
+          t[k] = d[k] * (LoadUpTo(x + at, n) - m);
+          if constexpr (kInference) StoreUpTo(dx + at, d[k] * LoadUpTo(scale_inv_std + j, n), n);
+        } else {
+          d[k] = Floats{};
+          t[k] = Floats{};
+        }
+      }
+      for (int w = kFastGroup / 2; w >= 1; w /= 2) {
+        for (int k = 0; k < w; ++k) {
+          d[k] += d[k + w];
+          t[k] += t[k + w];
+        }
+      }
+      AddTo(sum_dy + j, d[0], n);
+      AddTo(sum_dy_xc + j, t[0], n);
     }
   }
 }
 
-// A row of one tile goes down all rows with the tile's sums in registers. Wider rows go in
-// groups of kFastGroup rows, each group across the row tile by tile (a tile going down all rows
-// would read memory by jumps of a row); inference then writes their x_backprop row after row
-// (stores that jump between rows defeat the write prefetching).
+// Rows of at most kMaxDownRowsWidth columns go down all rows a register tile at a time, the
+// tile's sums in registers (with AVX-512 the tile is the whole row: memory order); wider rows
+// go in stripes (a tile going down the rows would read memory in jumps of a row, which the
+// hardware prefetchers follow badly). The choice depends on the width only, never on the copy,
+// since the two add the terms in different orders.
 template <typename T, bool kInference>
 void SumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                  const float* mean, const float* scale_inv_std, double* sum_dy,
                  double* sum_dy_xc) {
-  const bool one_tile = width <= kTileVectors * kLanes;
-  const int64_t group_rows = one_tile ? rows : kFastGroup;
-  for (int64_t r0 = 0; r0 < rows; r0 += group_rows) {
-    const int64_t n = std::min(group_rows, rows - r0);
-    ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
-      constexpr int kVectors = decltype(vectors)::value;
-      constexpr bool kWhole = decltype(whole)::value;
-      if (kInference && one_tile) {
-        SumTile<T, kVectors, kWhole, true>(dy, x, dx, r0 * stride + j, stride, n, mean + j,
-                                           scale_inv_std + j, last, sum_dy + j, sum_dy_xc + j);
-      } else {
-        SumTile<T, kVectors, kWhole, false>(dy, x, nullptr, r0 * stride + j, stride, n, mean + j,
-                                            nullptr, last, sum_dy + j, sum_dy_xc + j);
-      }
-    });
-    if (kInference && !one_tile) {
-      InferenceDxRowMajor(dy, dx, r0 * stride, stride, n, width, scale_inv_std);
-    }
+  if (width > kMaxDownRowsWidth) {
+    return SumRowsStriped<T, kInference>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+                                         sum_dy, sum_dy_xc);
   }
+  ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
+    SumTile<T, decltype(vectors)::value, decltype(whole)::value, kInference>(
+        dy, x, dx, j, stride, rows, mean + j, kInference ? scale_inv_std + j : nullptr, last,
+        sum_dy + j, sum_dy_xc + j);
+  });
 }
 
 template <typename T>
@@ -205,8 +223,8 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
 // group's float lane sums added into double lanes (registers), which are added together in a
 // fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
 template <typename T, bool kInference>
-void SumRunImpl(const T* dy, const T* x, T* dx, float mean, float scale_inv_std, int64_t length,
-                double* sum_dy, double* sum_dy_xc) {
+FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mean,
+                       float scale_inv_std, double* sum_dy, double* sum_dy_xc) {
   const Floats m = Broadcast(mean);
   const Floats a = Broadcast(scale_inv_std);
   Doubles lanes_dy = {};
@@ -217,7 +235,8 @@ void SumRunImpl(const T* dy, const T* x, T* dx, float mean, float scale_inv_std,
     Floats group_dy_xc = {};
     for (; i < end; i += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, end - i));
-      const Floats d = LoadUpTo(dy + i, n);
+      Floats d = LoadUpTo(dy + i, n);
+      Pin(d);
       group_dy += d;
       group_dy_xc += d * (LoadUpTo(x + i, n) - m);
       if constexpr (kInference) StoreUpTo(dx + i, d * a, n);
@@ -230,25 +249,37 @@ void SumRunImpl(const T* dy, const T* x, T* dx, float mean, float scale_inv_std,
 }
 
 template <typename T>
-void SumRun(const T* dy, const T* x, float mean, int64_t length, double* sum_dy,
-            double* sum_dy_xc) {
-  SumRunImpl<T, false>(dy, x, nullptr, mean, 0.0f, length, sum_dy, sum_dy_xc);
+void SumRuns(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
+             double* sum_dy, double* sum_dy_xc) {
+  for (int64_t k = 0; k < count; ++k) {
+    SumRun<T, false>(dy + k * length, x + k * length, nullptr, length, mean[k], 0.0f, &sum_dy[k],
+                     &sum_dy_xc[k]);
+  }
 }
 
 template <typename T>
-void SumRunInference(const T* dy, const T* x, T* dx, float mean, float scale_inv_std,
-                     int64_t length, double* sum_dy, double* sum_dy_xc) {
-  SumRunImpl<T, true>(dy, x, dx, mean, scale_inv_std, length, sum_dy, sum_dy_xc);
+void SumRunsInference(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                      const float* mean, const float* scale_inv_std, double* sum_dy,
+                      double* sum_dy_xc) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t at = k * length;
+    SumRun<T, true>(dy + at, x + at, dx + at, length, mean[k], scale_inv_std[k], &sum_dy[k],
+                    &sum_dy_xc[k]);
+  }
 }
 
 template <typename T>
-void TrainingDxRun(const T* dy, const T* x, T* dx, int64_t length,
-                   const RunCoefficients<float>& k) {
-  const DxVectors kv{Broadcast(k.mean), Broadcast(k.scale_inv_std), Broadcast(k.dy_mean),
-                     Broadcast(k.xc_coef)};
-  for (int64_t i = 0; i < length; i += kLanes) {
-    const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-    StoreUpTo(dx + i, TrainingDx(LoadUpTo(dy + i, n), LoadUpTo(x + i, n), kv), n);
+void TrainingDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                    const DxCoefficients<float>& k) {
+  for (int64_t r = 0; r < count; ++r) {
+    const DxVectors kv{Broadcast(k.mean[r]), Broadcast(k.scale_inv_std[r]),
+                       Broadcast(k.dy_mean[r]), Broadcast(k.xc_coef[r])};
+    const int64_t at = r * length;
+    for (int64_t i = 0; i < length; i += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+      StoreUpTo(dx + at + i, TrainingDx(LoadUpTo(dy + at + i, n), LoadUpTo(x + at + i, n), kv),
+                n);
+    }
   }
 }
 
@@ -265,38 +296,93 @@ FBN_INLINE void AddCompensated(double* sum, double* error, double v) {
   *sum = t;
 }
 
-template <typename T>
-void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
-                  const double* mean, const CompensatedColumns& s) {
-  double* __restrict sum_dy = s.dy;
-  double* __restrict error_dy = s.dy_error;
-  double* __restrict sum_dy_xc = s.dy_xc;
-  double* __restrict error_dy_xc = s.dy_xc_error;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* __restrict d = dy + r * stride;
-    const T* __restrict v = x + r * stride;
-    for (int64_t j = 0; j < width; ++j) {
-      const double dj = ToFloat(d[j]);
-      AddCompensated(&sum_dy[j], &error_dy[j], dj);
-      AddCompensated(&sum_dy_xc[j], &error_dy_xc[j], dj * (ToFloat(v[j]) - mean[j]));
+// Compensated addition of 16 lanes at once: *sum += v, rounding errors into *error (as
+// AddCompensated, lane by lane).
+FBN_INLINE void AddCompensated(Doubles* sum, Doubles* error, const Doubles& v) {
+  const Doubles t = *sum + v;
+  const Doubles z = t - *sum;
+  const Doubles e = (*sum - (t - z)) + (v - z);
+  const Doubles finite = t - t;  // 0 where t is finite, NaN elsewhere
+  for (int i = 0; i < kDoubleParts; ++i) {
+    error->part[i] += finite.part[i] == 0.0 ? e.part[i] : DoublePart{};
+  }
+  *sum = t;
+}
+
+// Adds 16 compensated lanes as a tree, lane i + 8 into lane i, then i + 4, i + 2, i + 1, each
+// addition's rounding error kept (TwoSum), and the result into *total.
+FBN_INLINE void AddLanesInto(const Doubles& sum, const Doubles& error, CompensatedSum* total) {
+  DoublePart s[kDoubleParts], e[kDoubleParts];
+  for (int i = 0; i < kDoubleParts; ++i) {
+    s[i] = sum.part[i];
+    e[i] = error.part[i];
+  }
+  for (int parts = kDoubleParts / 2; parts >= 1; parts /= 2) {
+    for (int i = 0; i < parts; ++i) {
+      const DoublePart a = s[i], b = s[i + parts];
+      const DoublePart t = a + b;
+      const DoublePart z = t - a;
+      const DoublePart rounding = (a - (t - z)) + (b - z);
+      e[i] += e[i + parts] + (t - t == 0.0 ? rounding : DoublePart{});
+      s[i] = t;
     }
   }
+  double ls[kDoublePartLanes], le[kDoublePartLanes];
+  StoreBytes(ls, s[0]);
+  StoreBytes(le, e[0]);
+  for (int width = kDoublePartLanes / 2; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) {
+      const double a = ls[i], b = ls[i + width];
+      const double t = a + b;
+      const double z = t - a;
+      le[i] += le[i + width] + (t - t == 0.0 ? (a - (t - z)) + (b - z) : 0.0);
+      ls[i] = t;
+    }
+  }
+  total->Add(ls[0]);
+  total->error += le[0];
 }
 
 template <typename T>
-void ExactSumRun(const T* dy, const T* x, double mean, int64_t length, CompensatedLanes* s) {
-  int64_t i = 0;
-  for (; i + kRunLanes <= length; i += kRunLanes) {
-    for (int l = 0; l < kRunLanes; ++l) {
-      const double d = ToFloat(dy[i + l]);
-      AddCompensated(&s->dy[l], &s->dy_error[l], d);
-      AddCompensated(&s->dy_xc[l], &s->dy_xc_error[l], d * (ToFloat(x[i + l]) - mean));
+void ExactSumRuns(const T* dy, const T* x, double mean, int64_t length, int64_t count,
+                  int64_t stride, CompensatedSum* total_dy, CompensatedSum* total_dy_xc) {
+  Doubles sum_dy = {}, error_dy = {}, sum_dy_xc = {}, error_dy_xc = {};
+  const Doubles m = BroadcastDoubles(mean);
+  for (int64_t k = 0; k < count; ++k) {
+    const T* d_run = dy + k * stride;
+    const T* x_run = x + k * stride;
+    for (int64_t i = 0; i < length; i += kLanes) {
+      // Missing lanes of the last vector are zeros, which change no sum.
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+      const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
+      AddCompensated(&sum_dy, &error_dy, d);
+      AddCompensated(&sum_dy_xc, &error_dy_xc, d * (ToDoubles(LoadUpTo(x_run + i, n)) - m));
     }
   }
-  for (int l = 0; i + l < length; ++l) {
-    const double d = ToFloat(dy[i + l]);
-    AddCompensated(&s->dy[l], &s->dy_error[l], d);
-    AddCompensated(&s->dy_xc[l], &s->dy_xc_error[l], d * (ToFloat(x[i + l]) - mean));
+  AddLanesInto(sum_dy, error_dy, total_dy);
+  AddLanesInto(sum_dy_xc, error_dy_xc, total_dy_xc);
+}
+
+// Column vectors down the rows, their compensated sums in registers.
+template <typename T>
+void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+                  const double* mean, const CompensatedColumns& s) {
+  for (int64_t j = 0; j < width; j += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+    double staged_mean[kLanes] = {};
+    std::memcpy(staged_mean, mean + j, n * sizeof(double));
+    const Doubles m = LoadDoubles(staged_mean);
+    Doubles sum_dy = {}, error_dy = {}, sum_dy_xc = {}, error_dy_xc = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const Doubles d = ToDoubles(LoadUpTo(dy + r * stride + j, n));
+      AddCompensated(&sum_dy, &error_dy, d);
+      AddCompensated(&sum_dy_xc, &error_dy_xc,
+                     d * (ToDoubles(LoadUpTo(x + r * stride + j, n)) - m));
+    }
+    AddDoublesTo(s.dy + j, sum_dy, n);
+    AddDoublesTo(s.dy_error + j, error_dy, n);
+    AddDoublesTo(s.dy_xc + j, sum_dy_xc, n);
+    AddDoublesTo(s.dy_xc_error + j, error_dy_xc, n);
   }
 }
 
@@ -323,28 +409,29 @@ void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
 }
 
 template <typename T>
-void ExactDxRun(const T* dy, const T* x, T* dx, int64_t length, bool training,
-                const RunCoefficients<double>& k) {
-  const T* __restrict d = dy;
-  const T* __restrict v = x;
-  T* __restrict out = dx;
-  const double a = k.scale_inv_std;
-  if (!training) {
-    for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
-    return;
-  }
-  const double m = k.mean, dm = k.dy_mean, b = k.xc_coef;
-  for (int64_t i = 0; i < length; ++i) {
-    out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count, int64_t stride,
+                 bool training, const RunCoefficients<double>& k) {
+  const double a = k.scale_inv_std, m = k.mean, dm = k.dy_mean, b = k.xc_coef;
+  for (int64_t r = 0; r < count; ++r) {
+    const T* __restrict d = dy + r * stride;
+    const T* __restrict v = x + r * stride;
+    T* __restrict out = dx + r * stride;
+    if (!training) {
+      for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
+      continue;
+    }
+    for (int64_t i = 0; i < length; ++i) {
+      out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+    }
   }
 }
 
 template <typename T>
 const CpuLoops<T>* Loops() {
   static const CpuLoops<T> loops = {
-      SumRows<T>,      SumRowsInference<T>, TrainingDxRows<T>, SumRun<T>,
-      SumRunInference<T>, TrainingDxRun<T>, ExactSumRows<T>,   ExactSumRun<T>,
-      ExactDxRows<T>,  ExactDxRun<T>};
+      SumRows<T>,         SumRowsInference<T>, TrainingDxRows<T>, SumRuns<T>,
+      SumRunsInference<T>, TrainingDxRuns<T>,  ExactSumRows<T>,   ExactSumRuns<T>,
+      ExactDxRows<T>,     ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()

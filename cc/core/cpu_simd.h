@@ -75,6 +75,17 @@ FBN_INLINE Floats Broadcast(float v) {
   return r;
 }
 
+// Keeps v in registers from here on. Without it GCC re-reads a value loaded from memory at each
+// of its uses (a load folded into each instruction), which costs nothing in instructions but
+// doubles the loads of the loops, and the load ports are what these loops run out of.
+FBN_INLINE void Pin(Floats& v) {
+#if defined(__x86_64__) || defined(__i386__)
+  for (int i = 0; i < kParts; ++i) asm("" : "+v"(v.part[i]));
+#else
+  (void)v;
+#endif
+}
+
 template <typename V, typename E>
 FBN_INLINE V LoadBytes(const E* p) {
   V v;
@@ -263,31 +274,60 @@ FBN_INLINE void StoreDoubles(double* p, const Doubles& d) {
   for (int i = 0; i < kDoubleParts; ++i) StoreBytes(p + i * kDoublePartLanes, d.part[i]);
 }
 
-// acc += the 16 float lanes of v, each converted to double exactly.
-FBN_INLINE void Accumulate(Doubles* acc, const Floats& v) {
+FBN_INLINE Doubles BroadcastDoubles(double v) {
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) {
+    for (int l = 0; l < kDoublePartLanes; ++l) r.part[i][l] = v;
+  }
+  return r;
+}
+
+// The 16 float lanes of v as doubles (exactly).
+FBN_INLINE Doubles ToDoubles(const Floats& v) {
+  Doubles d;
 #if defined(FBN_SIMD_AVX512)
   const __m512 w = reinterpret_cast<__m512>(v.part[0]);
   const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1));
-  acc->part[0] += reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm512_castps512_ps256(w)));
-  acc->part[1] += reinterpret_cast<DoublePart>(_mm512_cvtps_pd(hi));
+  d.part[0] = reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm512_castps512_ps256(w)));
+  d.part[1] = reinterpret_cast<DoublePart>(_mm512_cvtps_pd(hi));
 #elif defined(FBN_SIMD_AVX2)
   for (int i = 0; i < kParts; ++i) {
     const __m256 w = reinterpret_cast<__m256>(v.part[i]);
-    acc->part[2 * i] += reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_castps256_ps128(w)));
-    acc->part[2 * i + 1] += reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
+    d.part[2 * i] = reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_castps256_ps128(w)));
+    d.part[2 * i + 1] = reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm256_extractf128_ps(w, 1)));
   }
 #elif defined(__SSE2__)
   for (int i = 0; i < kParts; ++i) {
     const __m128 w = reinterpret_cast<__m128>(v.part[i]);
-    acc->part[2 * i] += reinterpret_cast<DoublePart>(_mm_cvtps_pd(w));
-    acc->part[2 * i + 1] += reinterpret_cast<DoublePart>(_mm_cvtps_pd(_mm_movehl_ps(w, w)));
+    d.part[2 * i] = reinterpret_cast<DoublePart>(_mm_cvtps_pd(w));
+    d.part[2 * i + 1] = reinterpret_cast<DoublePart>(_mm_cvtps_pd(_mm_movehl_ps(w, w)));
   }
 #else
   for (int l = 0; l < kLanes; ++l) {
-    acc->part[l / kDoublePartLanes][l % kDoublePartLanes] += static_cast<double>(v.lane(l));
+    d.part[l / kDoublePartLanes][l % kDoublePartLanes] = static_cast<double>(v.lane(l));
   }
 #endif
+  return d;
 }
+
+FBN_INLINE Doubles operator+(const Doubles& a, const Doubles& b) {
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] + b.part[i];
+  return r;
+}
+FBN_INLINE Doubles operator-(const Doubles& a, const Doubles& b) {
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] - b.part[i];
+  return r;
+}
+FBN_INLINE Doubles operator*(const Doubles& a, const Doubles& b) {
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] * b.part[i];
+  return r;
+}
+
+// acc += the 16 float lanes of v, each converted to double exactly.
+FBN_INLINE void Accumulate(Doubles* acc, const Floats& v) { *acc = *acc + ToDoubles(v); }
 
 // The 16 lanes added in a fixed order, the same in every copy: lane i + 8 into lane i, then
 // i + 4 into i, i + 2 into i, and lane 1 into lane 0.
@@ -297,21 +337,23 @@ FBN_INLINE double ReduceLanes(const Doubles& d) {
   for (int parts = kDoubleParts / 2; parts >= 1; parts /= 2) {
     for (int i = 0; i < parts; ++i) p[i] += p[i + parts];
   }
-  double lanes[kDoublePartLanes];
-  StoreBytes(lanes, p[0]);
-  for (int width = kDoublePartLanes / 2; width >= 1; width /= 2) {
-    for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
-  }
-  return lanes[0];
+  // Within the last part, in registers.
+#if defined(FBN_SIMD_AVX512)
+  const __m512d z = reinterpret_cast<__m512d>(p[0]);
+  const __m256d h = _mm256_add_pd(_mm512_castpd512_pd256(z), _mm512_extractf64x4_pd(z, 1));
+  const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+#elif defined(FBN_SIMD_AVX2)
+  const __m256d h = reinterpret_cast<__m256d>(p[0]);
+  const __m128d q = _mm_add_pd(_mm256_castpd256_pd128(h), _mm256_extractf128_pd(h, 1));
+#else
+  const DoublePart q = p[0];
+#endif
+  return q[0] + q[1];
 }
 
 // acc[0..n) += the first n lanes of d.
 FBN_INLINE void AddDoublesTo(double* acc, const Doubles& d, int n = kLanes) {
-  if (n == kLanes) {
-    Doubles sum = LoadDoubles(acc);
-    for (int i = 0; i < kDoubleParts; ++i) sum.part[i] += d.part[i];
-    return StoreDoubles(acc, sum);
-  }
+  if (n == kLanes) return StoreDoubles(acc, LoadDoubles(acc) + d);
   for (int l = 0; l < n; ++l) acc[l] += d.part[l / kDoublePartLanes][l % kDoublePartLanes];
 }
 
