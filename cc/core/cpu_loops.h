@@ -86,25 +86,26 @@ struct CpuLoops {
   // sum_dy[j] += Σ_r dy[r][j], sum_dy_xc[j] += Σ_r dy[r][j] · (x[r][j] − mean[j]).
   void (*sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                    const float* mean, double* sum_dy, double* sum_dy_xc);
-  // The same, and inference's x_backprop of the window: dx[r][j] = dy[r][j] · scale_inv_std[j].
+  // The same, and inference's x_backprop of the window: dx[r][j] = dy[r][j] · scale_inv_std[j],
+  // with non-temporal stores if stream_dx (large tensors: see bn_grad_cpu.cc).
   void (*sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                              int64_t width, const float* mean, const float* scale_inv_std,
-                             double* sum_dy, double* sum_dy_xc);
-  // Training's x_backprop of the window.
+                             double* sum_dy, double* sum_dy_xc, bool stream_dx);
+  // Training's x_backprop of the window (streamed as above).
   void (*training_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
-                           int64_t width, const DxCoefficients<float>& k);
+                           int64_t width, const DxCoefficients<float>& k, bool stream_dx);
   // `count` consecutive runs of `length` elements, run k belonging to the channel whose values
   // are entry k of the arrays: sum_dy[k] += Σ dy, sum_dy_xc[k] += Σ dy · (x − mean[k]) (element
   // i of a run summed in lane i % kRunLanes, the lanes then added in a fixed order).
   void (*sum_runs)(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
                    double* sum_dy, double* sum_dy_xc);
-  // The same, and inference's x_backprop: dx = dy · scale_inv_std[k].
+  // The same, and inference's x_backprop: dx = dy · scale_inv_std[k] (streamed as above).
   void (*sum_runs_inference)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
                              const float* mean, const float* scale_inv_std, double* sum_dy,
-                             double* sum_dy_xc);
-  // Training's x_backprop of the runs.
+                             double* sum_dy_xc, bool stream_dx);
+  // Training's x_backprop of the runs (streamed as above).
   void (*training_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
-                           const DxCoefficients<float>& k);
+                           const DxCoefficients<float>& k, bool stream_dx);
 
   // ---- Exact family (double arithmetic, compensated sums).
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,

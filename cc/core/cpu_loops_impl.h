@@ -19,6 +19,19 @@ constexpr int kTileVectors = 2;
 constexpr int kTileVectors = 1;
 #endif
 
+// What a sums loop does with x_backprop: nothing (training writes it in a second sweep), or
+// inference's dx = dy · scale_inv_std, stored normally or streamed (StoreStreaming).
+enum class Dx { kNone, kStore, kStream };
+
+template <Dx kDx, typename T>
+FBN_INLINE void StoreDx(T* p, const Floats& v, int n) {
+  if constexpr (kDx == Dx::kStream) {
+    StoreStreaming(p, v, n);
+  } else {
+    StoreUpTo(p, v, n);
+  }
+}
+
 // Lanes of vector v in a tile of kVectors vectors whose last vector has `last` lanes.
 template <int kVectors, bool kWhole>
 FBN_INLINE int TileLanes(int v, int last) {
@@ -53,7 +66,7 @@ FBN_INLINE void ForEachTile(int64_t width, const Tile& tile) {
 // Rows [0, rows) of one tile starting at element `at` of row 0: the terms added in float, in
 // registers, kFastGroup rows at a time, then into the double sums (also in registers while the
 // tile lasts); in inference also x_backprop of the tile.
-template <typename T, int kVectors, bool kWhole, bool kInference>
+template <typename T, int kVectors, bool kWhole, Dx kDx>
 FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stride, int64_t rows,
                         const float* mean, const float* scale_inv_std, int last, double* sum_dy,
                         double* sum_dy_xc) {
@@ -62,7 +75,7 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
   for (int v = 0; v < kVectors; ++v) {
     const int n = TileLanes<kVectors, kWhole>(v, last);
     m[v] = LoadUpTo(mean + v * kLanes, n);
-    if constexpr (kInference) a[v] = LoadUpTo(scale_inv_std + v * kLanes, n);
+    if constexpr (kDx != Dx::kNone) a[v] = LoadUpTo(scale_inv_std + v * kLanes, n);
     total_dy[v] = Doubles{};
     total_dy_xc[v] = Doubles{};
   }
@@ -76,7 +89,7 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
         Pin(d);
         group_dy[v] += d;
         group_dy_xc[v] += d * (LoadUpTo(x + at + v * kLanes, n) - m[v]);
-        if constexpr (kInference) StoreUpTo(dx + at + v * kLanes, d * a[v], n);
+        if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + at + v * kLanes, d * a[v], n);
       }
     }
     for (int v = 0; v < kVectors; ++v) {
@@ -94,7 +107,11 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
 // Rows wider than a tile: the rows split into kFastGroup stripes walked side by side, so that
 // memory is read as kFastGroup long sequential streams; a column's terms from the stripes are
 // added as a tree in registers, then into its double sums.
-template <typename T, bool kInference>
+// Rows wider than kMaxDownRowsWidth: the rows split into kFastGroup stripes walked side by side,
+// so that memory is read as kFastGroup long sequential streams; a column's terms from the
+// stripes are added as a tree in registers (depth 3: within the fast family's error bound),
+// then into its double sums.
+template <typename T, Dx kDx>
 void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                     const float* mean, const float* scale_inv_std, double* sum_dy,
                     double* sum_dy_xc) {
@@ -102,7 +119,10 @@ void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
   for (int64_t i = 0; i < stripe; ++i) {
     for (int64_t j = 0; j < width; j += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-      const Floats m = LoadUpTo(mean + j, n);
+      Floats m = LoadUpTo(mean + j, n);
+      Pin(m);
+      Floats a = kDx != Dx::kNone ? LoadUpTo(scale_inv_std + j, n) : Floats{};
+      Pin(a);
       Floats d[kFastGroup], t[kFastGroup];
       for (int k = 0; k < kFastGroup; ++k) {
         const int64_t r = k * stripe + i;
@@ -111,7 +131,7 @@ void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
           d[k] = LoadUpTo(dy + at, n);
           Pin(d[k]);
           t[k] = d[k] * (LoadUpTo(x + at, n) - m);
-          if constexpr (kInference) StoreUpTo(dx + at, d[k] * LoadUpTo(scale_inv_std + j, n), n);
+          if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + at, d[k] * a, n);
         } else {
           d[k] = Floats{};
           t[k] = Floats{};
@@ -134,17 +154,17 @@ void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
 // go in stripes (a tile going down the rows would read memory in jumps of a row, which the
 // hardware prefetchers follow badly). The choice depends on the width only, never on the copy,
 // since the two add the terms in different orders.
-template <typename T, bool kInference>
+template <typename T, Dx kDx>
 void SumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                  const float* mean, const float* scale_inv_std, double* sum_dy,
                  double* sum_dy_xc) {
   if (width > kMaxDownRowsWidth) {
-    return SumRowsStriped<T, kInference>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+    return SumRowsStriped<T, kDx>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
                                          sum_dy, sum_dy_xc);
   }
   ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
-    SumTile<T, decltype(vectors)::value, decltype(whole)::value, kInference>(
-        dy, x, dx, j, stride, rows, mean + j, kInference ? scale_inv_std + j : nullptr, last,
+    SumTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
+        dy, x, dx, j, stride, rows, mean + j, kDx != Dx::kNone ? scale_inv_std + j : nullptr, last,
         sum_dy + j, sum_dy_xc + j);
   });
 }
@@ -152,14 +172,21 @@ void SumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
 template <typename T>
 void SumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
              const float* mean, double* sum_dy, double* sum_dy_xc) {
-  SumRowsImpl<T, false>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy, sum_dy_xc);
+  SumRowsImpl<T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy,
+                            sum_dy_xc);
 }
 
 template <typename T>
 void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const float* mean, const float* scale_inv_std,
-                      double* sum_dy, double* sum_dy_xc) {
-  SumRowsImpl<T, true>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy, sum_dy_xc);
+                      double* sum_dy, double* sum_dy_xc, bool stream_dx) {
+  if (!stream_dx) {
+    return SumRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+                                      sum_dy, sum_dy_xc);
+  }
+  SumRowsImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy,
+                              sum_dy_xc);
+  FenceStreamingStores();
 }
 
 // A channel's (or column vector's) training coefficients in vectors.
@@ -173,7 +200,7 @@ FBN_INLINE Floats TrainingDx(const Floats& dy, const Floats& x, const DxVectors&
 }
 
 // x_backprop of at most kFastGroup rows of one tile, its coefficients in registers.
-template <typename T, int kVectors, bool kWhole>
+template <typename T, int kVectors, bool kWhole, Dx kDx>
 FBN_INLINE void TrainingDxTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stride,
                                int64_t rows, const DxCoefficients<float>& k, int64_t column,
                                int last) {
@@ -188,19 +215,19 @@ FBN_INLINE void TrainingDxTile(const T* dy, const T* x, T* dx, int64_t at, int64
     for (int v = 0; v < kVectors; ++v) {
       const int n = TileLanes<kVectors, kWhole>(v, last);
       const int64_t e = at + v * kLanes;
-      StoreUpTo(dx + e, TrainingDx(LoadUpTo(dy + e, n), LoadUpTo(x + e, n), kv[v]), n);
+      StoreDx<kDx>(dx + e, TrainingDx(LoadUpTo(dy + e, n), LoadUpTo(x + e, n), kv[v]), n);
     }
   }
 }
 
-template <typename T>
-void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
-                    const DxCoefficients<float>& k) {
+template <typename T, Dx kDx>
+void TrainingDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                        int64_t width, const DxCoefficients<float>& k) {
   if (width <= kTileVectors * kLanes) {  // one tile: its coefficients stay in registers
     for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup) {
       const int64_t n = std::min(kFastGroup, rows - r0);
       ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
-        TrainingDxTile<T, decltype(vectors)::value, decltype(whole)::value>(
+        TrainingDxTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
             dy, x, dx, r0 * stride + j, stride, n, k, j, last);
       });
     }
@@ -213,16 +240,24 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
       const DxVectors kj{LoadUpTo(k.mean + j, n), LoadUpTo(k.scale_inv_std + j, n),
                          LoadUpTo(k.dy_mean + j, n), LoadUpTo(k.xc_coef + j, n)};
-      StoreUpTo(dx + row + j, TrainingDx(LoadUpTo(dy + row + j, n), LoadUpTo(x + row + j, n), kj),
-                n);
+      StoreDx<kDx>(dx + row + j,
+                   TrainingDx(LoadUpTo(dy + row + j, n), LoadUpTo(x + row + j, n), kj), n);
     }
   }
+}
+
+template <typename T>
+void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                    const DxCoefficients<float>& k, bool stream_dx) {
+  if (!stream_dx) return TrainingDxRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, k);
+  TrainingDxRowsImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, k);
+  FenceStreamingStores();
 }
 
 // Along a run: groups of kFastGroup vectors, element i of the run in lane i % kLanes, each
 // group's float lane sums added into double lanes (registers), which are added together in a
 // fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
-template <typename T, bool kInference>
+template <typename T, Dx kDx>
 FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mean,
                        float scale_inv_std, double* sum_dy, double* sum_dy_xc) {
   const Floats m = Broadcast(mean);
@@ -239,7 +274,7 @@ FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mea
       Pin(d);
       group_dy += d;
       group_dy_xc += d * (LoadUpTo(x + i, n) - m);
-      if constexpr (kInference) StoreUpTo(dx + i, d * a, n);
+      if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + i, d * a, n);
     }
     Accumulate(&lanes_dy, group_dy);
     Accumulate(&lanes_dy_xc, group_dy_xc);
@@ -252,35 +287,56 @@ template <typename T>
 void SumRuns(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
              double* sum_dy, double* sum_dy_xc) {
   for (int64_t k = 0; k < count; ++k) {
-    SumRun<T, false>(dy + k * length, x + k * length, nullptr, length, mean[k], 0.0f, &sum_dy[k],
-                     &sum_dy_xc[k]);
+    SumRun<T, Dx::kNone>(dy + k * length, x + k * length, nullptr, length, mean[k], 0.0f,
+                         &sum_dy[k], &sum_dy_xc[k]);
+  }
+}
+
+template <typename T, Dx kDx>
+void SumRunsWithDx(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                   const float* mean, const float* scale_inv_std, double* sum_dy,
+                   double* sum_dy_xc) {
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t at = k * length;
+    SumRun<T, kDx>(dy + at, x + at, dx + at, length, mean[k], scale_inv_std[k], &sum_dy[k],
+                   &sum_dy_xc[k]);
   }
 }
 
 template <typename T>
 void SumRunsInference(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
                       const float* mean, const float* scale_inv_std, double* sum_dy,
-                      double* sum_dy_xc) {
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t at = k * length;
-    SumRun<T, true>(dy + at, x + at, dx + at, length, mean[k], scale_inv_std[k], &sum_dy[k],
-                    &sum_dy_xc[k]);
+                      double* sum_dy_xc, bool stream_dx) {
+  if (!stream_dx) {
+    return SumRunsWithDx<T, Dx::kStore>(dy, x, dx, length, count, mean, scale_inv_std, sum_dy,
+                                        sum_dy_xc);
   }
+  SumRunsWithDx<T, Dx::kStream>(dy, x, dx, length, count, mean, scale_inv_std, sum_dy,
+                                sum_dy_xc);
+  FenceStreamingStores();
 }
 
-template <typename T>
-void TrainingDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
-                    const DxCoefficients<float>& k) {
+template <typename T, Dx kDx>
+void TrainingDxRunsImpl(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                        const DxCoefficients<float>& k) {
   for (int64_t r = 0; r < count; ++r) {
     const DxVectors kv{Broadcast(k.mean[r]), Broadcast(k.scale_inv_std[r]),
                        Broadcast(k.dy_mean[r]), Broadcast(k.xc_coef[r])};
     const int64_t at = r * length;
     for (int64_t i = 0; i < length; i += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-      StoreUpTo(dx + at + i, TrainingDx(LoadUpTo(dy + at + i, n), LoadUpTo(x + at + i, n), kv),
-                n);
+      StoreDx<kDx>(dx + at + i, TrainingDx(LoadUpTo(dy + at + i, n), LoadUpTo(x + at + i, n), kv),
+                   n);
     }
   }
+}
+
+template <typename T>
+void TrainingDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                    const DxCoefficients<float>& k, bool stream_dx) {
+  if (!stream_dx) return TrainingDxRunsImpl<T, Dx::kStore>(dy, x, dx, length, count, k);
+  TrainingDxRunsImpl<T, Dx::kStream>(dy, x, dx, length, count, k);
+  FenceStreamingStores();
 }
 
 // ======== Exact family: plain loops in double (the compiler vectorizes them; without

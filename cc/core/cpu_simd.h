@@ -179,33 +179,51 @@ FBN_INLINE Floats Widen(const uint16_t* p, const BFloat16*) {
   return v;
 }
 
-FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const Half*) {
+#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
+// The 16 lanes rounded to half or bfloat16, in one AVX register.
+FBN_INLINE __m256i NarrowBits(const Floats& v, const Half*) {
 #if defined(FBN_SIMD_AVX512)
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                      _mm512_cvtps_ph(reinterpret_cast<__m512>(v.part[0]),
-                                      _MM_FROUND_TO_NEAREST_INT));
-#elif defined(FBN_SIMD_AVX2)
-  for (int i = 0; i < kParts; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p + i * 8),
-                     _mm256_cvtps_ph(reinterpret_cast<__m256>(v.part[i]),
-                                     _MM_FROUND_TO_NEAREST_INT));
-  }
+  return _mm512_cvtps_ph(reinterpret_cast<__m512>(v.part[0]), _MM_FROUND_TO_NEAREST_INT);
 #else
-  for (int l = 0; l < kLanes; ++l) p[l] = FloatToHalfBits(v.lane(l));
+  return _mm256_set_m128i(
+      _mm256_cvtps_ph(reinterpret_cast<__m256>(v.part[1]), _MM_FROUND_TO_NEAREST_INT),
+      _mm256_cvtps_ph(reinterpret_cast<__m256>(v.part[0]), _MM_FROUND_TO_NEAREST_INT));
 #endif
 }
+#endif
 
-// FloatToBFloat16Bits on every lane: round to nearest even on the dropped 16 bits; a NaN
-// becomes the quiet NaN of its sign.
-FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const BFloat16*) {
-  for (int i = 0; i < kParts; ++i) {
-    const PartBits u = reinterpret_cast<PartBits>(v.part[i]);
-    const PartBits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const PartBits quiet_nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
-    const PartBits is_nan = reinterpret_cast<PartBits>((u & 0x7fffffffu) > 0x7f800000u);
-    const PartBits bits = (rounded & ~is_nan) | (quiet_nan & is_nan);
-    StoreBytes(p + i * kPartLanes, __builtin_convertvector(bits, PartBits16));
+// FloatToBFloat16Bits on the lanes of one part: round to nearest even on the dropped 16 bits; a
+// NaN becomes the quiet NaN of its sign.
+FBN_INLINE PartBits16 NarrowToBFloat16(const Part& v) {
+  const PartBits u = reinterpret_cast<PartBits>(v);
+  const PartBits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const PartBits quiet_nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+  const PartBits is_nan = reinterpret_cast<PartBits>((u & 0x7fffffffu) > 0x7f800000u);
+  return __builtin_convertvector((rounded & ~is_nan) | (quiet_nan & is_nan), PartBits16);
+}
+
+#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
+FBN_INLINE __m256i NarrowBits(const Floats& v, const BFloat16*) {
+#if defined(FBN_SIMD_AVX512)
+  return reinterpret_cast<__m256i>(NarrowToBFloat16(v.part[0]));
+#else
+  return _mm256_set_m128i(reinterpret_cast<__m128i>(NarrowToBFloat16(v.part[1])),
+                          reinterpret_cast<__m128i>(NarrowToBFloat16(v.part[0])));
+#endif
+}
+#endif
+
+template <typename T>
+FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const T* /*type*/) {
+#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), NarrowBits(v, static_cast<const T*>(nullptr)));
+#else
+  if constexpr (std::is_same<T, Half>::value) {
+    for (int l = 0; l < kLanes; ++l) p[l] = FloatToHalfBits(v.lane(l));
+  } else {
+    for (int i = 0; i < kParts; ++i) StoreBytes(p + i * kPartLanes, NarrowToBFloat16(v.part[i]));
   }
+#endif
 }
 
 template <typename T>
@@ -252,6 +270,48 @@ FBN_INLINE void StoreUpTo(T* p, const Floats& v, int n) {
   } else {
     Store(p, v, n);
   }
+}
+
+// ---- Non-temporal stores of float vectors: the cache line is written without being read first
+// and without evicting what the caches hold (x and dy). Only whole, aligned vectors; anything
+// else is stored normally. FenceStreamingStores() orders them before other threads look.
+
+FBN_INLINE void StoreStreaming(float* p, const Floats& v, int n) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+#if defined(FBN_SIMD_AVX512)
+  if (n == kLanes && address % 64 == 0) {
+    return _mm512_stream_ps(p, reinterpret_cast<__m512>(v.part[0]));
+  }
+#elif defined(FBN_SIMD_AVX2)
+  if (n == kLanes && address % 32 == 0) {
+    for (int i = 0; i < kParts; ++i) _mm256_stream_ps(p + i * 8, reinterpret_cast<__m256>(v.part[i]));
+    return;
+  }
+#elif defined(__SSE2__)
+  if (n == kLanes && address % 16 == 0) {
+    for (int i = 0; i < kParts; ++i) _mm_stream_ps(p + i * 4, reinterpret_cast<__m128>(v.part[i]));
+    return;
+  }
+#else
+  (void)address;
+#endif
+  StoreUpTo(p, v, n);
+}
+
+template <typename T>
+FBN_INLINE void StoreStreaming(T* p, const Floats& v, int n) {
+#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
+  if (n == kLanes && reinterpret_cast<uintptr_t>(p) % 32 == 0) {
+    return _mm256_stream_si256(reinterpret_cast<__m256i*>(p), NarrowBits(v, p));
+  }
+#endif
+  StoreUpTo(p, v, n);
+}
+
+FBN_INLINE void FenceStreamingStores() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // ---- Double accumulators: 16 double lanes in registers (twice as many parts as Floats).
