@@ -413,17 +413,17 @@ void RunRuns(const Call<T, float>& call) {
   const CpuLoops<T>& loops = call.loops;
   const Shape& s = call.s;
   const int64_t C = s.channels, S = s.spatial, R = s.rest();
-  // `count` runs of channels c, c + 1, ... starting at `offset`, into sums[0][0...] and
-  // sums[1][0...]; then their training x_backprop.
-  auto sum_runs = [&](int64_t c, int64_t offset, int64_t length, int64_t count, double* sum_dy,
-                      double* sum_dy_xc) {
+  // `runs` runs of each of `channels` channels from c on, starting at `offset` (see
+  // CpuLoops::sum_runs; inference: one), into sum_dy[0...] and sum_dy_xc[0...].
+  auto sum_runs = [&](int64_t c, int64_t offset, int64_t length, int64_t channels, int64_t runs,
+                      double* sum_dy, double* sum_dy_xc) {
     if (call.training) {
-      loops.sum_runs(t.y_backprop + offset, t.x + offset, length, count, call.mean + c, sum_dy,
-                     sum_dy_xc);
+      loops.sum_runs(t.y_backprop + offset, t.x + offset, length, channels, runs, C * S,
+                     call.mean + c, sum_dy, sum_dy_xc);
     } else {
       loops.sum_runs_inference(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, length,
-                               count, call.mean + c, call.scale_inv_std + c, sum_dy, sum_dy_xc,
-                               call.stream_dx);
+                               channels, call.mean + c, call.scale_inv_std + c, sum_dy,
+                               sum_dy_xc, call.stream_dx);
     }
   };
   auto dx_runs = [&](int64_t c, int64_t offset, int64_t length, int64_t count) {
@@ -443,8 +443,12 @@ void RunRuns(const Call<T, float>& call) {
     call.RunUnits(groups.count, group * R, false, [&](int64_t g) {
       const int64_t c0 = groups.begin(g), c1 = groups.end(g);
       double sums[2][kMaxGroupChannels] = {};
-      for (int64_t n = 0; n < s.batch; ++n) {
-        sum_runs(c0, (n * C + c0) * S, S, c1 - c0, sums[0], sums[1]);
+      // Training reads kFastGroup images at a time, side by side (measured faster); inference,
+      // which also writes x_backprop, image by image (measured faster: fewer write streams).
+      const int64_t images = call.training ? kFastGroup : 1;
+      for (int64_t n = 0; n < s.batch; n += images) {
+        const int64_t runs = std::min(images, s.batch - n);
+        sum_runs(c0, (n * C + c0) * S, S, c1 - c0, runs, sums[0], sums[1]);
       }
       for (int64_t c = c0; c < c1; ++c) call.Finish(c, sums[0][c - c0], sums[1][c - c0]);
       if (!call.training) return;
@@ -462,7 +466,7 @@ void RunRuns(const Call<T, float>& call) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     double sum_dy = 0.0, sum_dy_xc = 0.0;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b), [&](int64_t offset, int64_t length) {
-      sum_runs(c, offset, length, 1, &sum_dy, &sum_dy_xc);
+      sum_runs(c, offset, length, 1, 1, &sum_dy, &sum_dy_xc);
     });
     partials.sum_dy(b)[c] = sum_dy;
     partials.sum_dy_xc(b)[c] = sum_dy_xc;

@@ -94,13 +94,17 @@ struct CpuLoops {
   // Training's x_backprop of the window (streamed as above).
   void (*training_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                            int64_t width, const DxCoefficients<float>& k, bool stream_dx);
-  // `count` consecutive runs of `length` elements, run k belonging to the channel whose values
-  // are entry k of the arrays: sum_dy[k] += Σ dy, sum_dy_xc[k] += Σ dy · (x − mean[k]) (element
-  // i of a run summed in lane i % kRunLanes, the lanes then added in a fixed order).
-  void (*sum_runs)(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
-                   double* sum_dy, double* sum_dy_xc);
-  // The same, and inference's x_backprop: dx = dy · scale_inv_std[k] (streamed as above).
-  void (*sum_runs_inference)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+  // Runs of `channels` consecutive channels, `runs` of them per channel: run k of channel c
+  // starts at element c * length + k * run_stride and is `length` long. sum_dy[c] += Σ dy,
+  // sum_dy_xc[c] += Σ dy · (x − mean[c]) over the channel's runs. One run is summed in order
+  // (element i in lane i % kRunLanes); several (at most kFastGroup) side by side, the runs'
+  // terms at each position added as a tree. The lanes are then added in a fixed order.
+  void (*sum_runs)(const T* dy, const T* x, int64_t length, int64_t channels, int64_t runs,
+                   int64_t run_stride, const float* mean, double* sum_dy, double* sum_dy_xc);
+  // One run of each of `channels` consecutive channels (run c at element c * length), summed
+  // as sum_runs does one, and inference's x_backprop: dx = dy · scale_inv_std[c] (streamed as
+  // above).
+  void (*sum_runs_inference)(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                              const float* mean, const float* scale_inv_std, double* sum_dy,
                              double* sum_dy_xc, bool stream_dx);
   // Training's x_backprop of the runs (streamed as above).

@@ -32,6 +32,21 @@ FBN_INLINE void StoreDx(T* p, const Floats& v, int n) {
   }
 }
 
+// The terms of one vector of elements: dy, and dy · (x − mean).
+struct Terms {
+  Floats dy, dy_xc;
+};
+FBN_INLINE Terms operator+(const Terms& a, const Terms& b) {
+  return {a.dy + b.dy, a.dy_xc + b.dy_xc};
+}
+
+// term(0) + ... + term(7) as a tree of depth 3 (kFastGroup terms), the same in every copy.
+template <typename Term>
+FBN_INLINE Terms Tree(const Term& term) {
+  static_assert(kFastGroup == 8, "the tree adds kFastGroup terms");
+  return ((term(0) + term(1)) + (term(2) + term(3))) + ((term(4) + term(5)) + (term(6) + term(7)));
+}
+
 // Lanes of vector v in a tile of kVectors vectors whose last vector has `last` lanes.
 template <int kVectors, bool kWhole>
 FBN_INLINE int TileLanes(int v, int last) {
@@ -104,47 +119,52 @@ FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stri
   }
 }
 
-// Rows wider than a tile: the rows split into kFastGroup stripes walked side by side, so that
-// memory is read as kFastGroup long sequential streams; a column's terms from the stripes are
-// added as a tree in registers, then into its double sums.
+// One position of SumRowsStriped: row i of every stripe, columns [j, j + n) from element `at`
+// on; stripe k is present only where kAll or k < stripes.
+template <typename T, Dx kDx, bool kAll>
+FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
+                                   int64_t stripe_stride, int stripes, int n, const float* mean,
+                                   const float* scale_inv_std, double* sum_dy,
+                                   double* sum_dy_xc) {
+  Floats m = LoadUpTo(mean, n);
+  Pin(m);
+  Floats a = kDx != Dx::kNone ? LoadUpTo(scale_inv_std, n) : Floats{};
+  Pin(a);
+  const Terms sum = Tree([&](int k) {
+    if (!kAll && k >= stripes) return Terms{};
+    const int64_t e = at + k * stripe_stride;
+    Floats d = LoadUpTo(dy + e, n);
+    Pin(d);
+    if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + e, d * a, n);
+    return Terms{d, d * (LoadUpTo(x + e, n) - m)};
+  });
+  AddTo(sum_dy, sum.dy, n);
+  AddTo(sum_dy_xc, sum.dy_xc, n);
+}
+
 // Rows wider than kMaxDownRowsWidth: the rows split into kFastGroup stripes walked side by side,
 // so that memory is read as kFastGroup long sequential streams; a column's terms from the
 // stripes are added as a tree in registers (depth 3: within the fast family's error bound),
-// then into its double sums.
+// then into its double sums. The last stripe may be shorter.
 template <typename T, Dx kDx>
 void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                     const float* mean, const float* scale_inv_std, double* sum_dy,
                     double* sum_dy_xc) {
   const int64_t stripe = (rows + kFastGroup - 1) / kFastGroup;
+  const int64_t full = rows - (kFastGroup - 1) * stripe;  // rows where every stripe has one
   for (int64_t i = 0; i < stripe; ++i) {
+    const int stripes =
+        static_cast<int>(std::min<int64_t>(kFastGroup, (rows - i + stripe - 1) / stripe));
     for (int64_t j = 0; j < width; j += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-      Floats m = LoadUpTo(mean + j, n);
-      Pin(m);
-      Floats a = kDx != Dx::kNone ? LoadUpTo(scale_inv_std + j, n) : Floats{};
-      Pin(a);
-      Floats d[kFastGroup], t[kFastGroup];
-      for (int k = 0; k < kFastGroup; ++k) {
-        const int64_t r = k * stripe + i;
-        if (r < rows) {
-          const int64_t at = r * stride + j;
-          d[k] = LoadUpTo(dy + at, n);
-          Pin(d[k]);
-          t[k] = d[k] * (LoadUpTo(x + at, n) - m);
-          if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + at, d[k] * a, n);
-        } else {
-          d[k] = Floats{};
-          t[k] = Floats{};
-        }
+      const float* a = kDx != Dx::kNone ? scale_inv_std + j : nullptr;
+      if (i < full) {
+        SumStripedPosition<T, kDx, true>(dy, x, dx, i * stride + j, stripe * stride, stripes, n,
+                                         mean + j, a, sum_dy + j, sum_dy_xc + j);
+      } else {
+        SumStripedPosition<T, kDx, false>(dy, x, dx, i * stride + j, stripe * stride, stripes,
+                                          n, mean + j, a, sum_dy + j, sum_dy_xc + j);
       }
-      for (int w = kFastGroup / 2; w >= 1; w /= 2) {
-        for (int k = 0; k < w; ++k) {
-          d[k] += d[k + w];
-          t[k] += t[k + w];
-        }
-      }
-      AddTo(sum_dy + j, d[0], n);
-      AddTo(sum_dy_xc + j, t[0], n);
     }
   }
 }
@@ -283,35 +303,81 @@ FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mea
   *sum_dy_xc += ReduceLanes(lanes_dy_xc);
 }
 
+// kRuns (at most kFastGroup) runs of one channel side by side, run k starting at element
+// k * run_stride: at each vector position the runs' terms are added as a tree in registers
+// (depth 3: within the fast family's error bound), the trees into double lanes, and the lanes
+// at the end into the channel's sums (ReduceLanes). Memory is read as one stream per run.
+template <typename T, int kRuns>
+FBN_INLINE void SumRunStripes(const T* dy, const T* x, int64_t length, int64_t run_stride,
+                              float mean, double* sum_dy, double* sum_dy_xc) {
+  const Floats m = Broadcast(mean);
+  Doubles lanes_dy = {};
+  Doubles lanes_dy_xc = {};
+  for (int64_t i = 0; i < length; i += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+    const Terms sum = Tree([&](int k) {
+      if (k >= kRuns) return Terms{};
+      const int64_t at = k * run_stride + i;
+      Floats d = LoadUpTo(dy + at, n);
+      Pin(d);
+      return Terms{d, d * (LoadUpTo(x + at, n) - m)};
+    });
+    Accumulate(&lanes_dy, sum.dy);
+    Accumulate(&lanes_dy_xc, sum.dy_xc);
+  }
+  *sum_dy += ReduceLanes(lanes_dy);
+  *sum_dy_xc += ReduceLanes(lanes_dy_xc);
+}
+
+// SumRunStripes<T, kRuns> with kRuns == runs, a compile-time constant.
+template <typename T, int kRuns = kFastGroup>
+FBN_INLINE void SumRunStripesOf(int runs, const T* dy, const T* x, int64_t length,
+                                int64_t run_stride, float mean, double* sum_dy,
+                                double* sum_dy_xc) {
+  if constexpr (kRuns > 2) {
+    if (runs < kRuns) {
+      return SumRunStripesOf<T, kRuns - 1>(runs, dy, x, length, run_stride, mean, sum_dy,
+                                           sum_dy_xc);
+    }
+  }
+  SumRunStripes<T, kRuns>(dy, x, length, run_stride, mean, sum_dy, sum_dy_xc);
+}
+
 template <typename T>
-void SumRuns(const T* dy, const T* x, int64_t length, int64_t count, const float* mean,
-             double* sum_dy, double* sum_dy_xc) {
-  for (int64_t k = 0; k < count; ++k) {
-    SumRun<T, Dx::kNone>(dy + k * length, x + k * length, nullptr, length, mean[k], 0.0f,
-                         &sum_dy[k], &sum_dy_xc[k]);
+void SumRuns(const T* dy, const T* x, int64_t length, int64_t channels, int64_t runs,
+             int64_t run_stride, const float* mean, double* sum_dy, double* sum_dy_xc) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const int64_t at = c * length;
+    if (runs == 1) {
+      SumRun<T, Dx::kNone>(dy + at, x + at, nullptr, length, mean[c], 0.0f, &sum_dy[c],
+                           &sum_dy_xc[c]);
+    } else {
+      SumRunStripesOf<T>(static_cast<int>(runs), dy + at, x + at, length, run_stride, mean[c],
+                         &sum_dy[c], &sum_dy_xc[c]);
+    }
   }
 }
 
 template <typename T, Dx kDx>
-void SumRunsWithDx(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+void SumRunsWithDx(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                    const float* mean, const float* scale_inv_std, double* sum_dy,
                    double* sum_dy_xc) {
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t at = k * length;
-    SumRun<T, kDx>(dy + at, x + at, dx + at, length, mean[k], scale_inv_std[k], &sum_dy[k],
-                   &sum_dy_xc[k]);
+  for (int64_t c = 0; c < channels; ++c) {
+    const int64_t at = c * length;
+    SumRun<T, kDx>(dy + at, x + at, dx + at, length, mean[c], scale_inv_std[c], &sum_dy[c],
+                   &sum_dy_xc[c]);
   }
 }
 
 template <typename T>
-void SumRunsInference(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+void SumRunsInference(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                       const float* mean, const float* scale_inv_std, double* sum_dy,
                       double* sum_dy_xc, bool stream_dx) {
   if (!stream_dx) {
-    return SumRunsWithDx<T, Dx::kStore>(dy, x, dx, length, count, mean, scale_inv_std, sum_dy,
-                                        sum_dy_xc);
+    return SumRunsWithDx<T, Dx::kStore>(dy, x, dx, length, channels, mean, scale_inv_std,
+                                        sum_dy, sum_dy_xc);
   }
-  SumRunsWithDx<T, Dx::kStream>(dy, x, dx, length, count, mean, scale_inv_std, sum_dy,
+  SumRunsWithDx<T, Dx::kStream>(dy, x, dx, length, channels, mean, scale_inv_std, sum_dy,
                                 sum_dy_xc);
   FenceStreamingStores();
 }

@@ -172,10 +172,20 @@ FBN_INLINE Floats Widen(const uint16_t* p, const Half*) {
 
 FBN_INLINE Floats Widen(const uint16_t* p, const BFloat16*) {
   Floats v;
+#if defined(FBN_SIMD_AVX512)
+  v.part[0] = reinterpret_cast<Part>(_mm512_slli_epi32(
+      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    v.part[i] = reinterpret_cast<Part>(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i * 8))), 16));
+  }
+#else
   for (int i = 0; i < kParts; ++i) {
     const PartBits16 bits = LoadBytes<PartBits16>(p + i * kPartLanes);
     v.part[i] = reinterpret_cast<Part>(__builtin_convertvector(bits, PartBits) << 16);
   }
+#endif
   return v;
 }
 
@@ -192,23 +202,25 @@ FBN_INLINE __m256i NarrowBits(const Floats& v, const Half*) {
 }
 #endif
 
-// FloatToBFloat16Bits on the lanes of one part: round to nearest even on the dropped 16 bits; a
-// NaN becomes the quiet NaN of its sign.
-FBN_INLINE PartBits16 NarrowToBFloat16(const Part& v) {
+// FloatToBFloat16Bits on the lanes of one part, each result in the low half of its 32 bits:
+// round to nearest even on the dropped 16 bits; a NaN becomes the quiet NaN of its sign.
+FBN_INLINE PartBits RoundToBFloat16(const Part& v) {
   const PartBits u = reinterpret_cast<PartBits>(v);
   const PartBits rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const PartBits quiet_nan = ((u >> 16) & 0x8000u) | 0x7fc0u;
   const PartBits is_nan = reinterpret_cast<PartBits>((u & 0x7fffffffu) > 0x7f800000u);
-  return __builtin_convertvector((rounded & ~is_nan) | (quiet_nan & is_nan), PartBits16);
+  return (rounded & ~is_nan) | (quiet_nan & is_nan);
 }
 
 #if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
 FBN_INLINE __m256i NarrowBits(const Floats& v, const BFloat16*) {
 #if defined(FBN_SIMD_AVX512)
-  return reinterpret_cast<__m256i>(NarrowToBFloat16(v.part[0]));
+  return _mm512_cvtepi32_epi16(reinterpret_cast<__m512i>(RoundToBFloat16(v.part[0])));
 #else
-  return _mm256_set_m128i(reinterpret_cast<__m128i>(NarrowToBFloat16(v.part[1])),
-                          reinterpret_cast<__m128i>(NarrowToBFloat16(v.part[0])));
+  // The values fit 16 bits, so the saturating pack only interleaves; the permute restores order.
+  const __m256i packed = _mm256_packus_epi32(reinterpret_cast<__m256i>(RoundToBFloat16(v.part[0])),
+                                             reinterpret_cast<__m256i>(RoundToBFloat16(v.part[1])));
+  return _mm256_permute4x64_epi64(packed, 0xd8);
 #endif
 }
 #endif
@@ -221,7 +233,9 @@ FBN_INLINE void Narrow(const Floats& v, uint16_t* p, const T* /*type*/) {
   if constexpr (std::is_same<T, Half>::value) {
     for (int l = 0; l < kLanes; ++l) p[l] = FloatToHalfBits(v.lane(l));
   } else {
-    for (int i = 0; i < kParts; ++i) StoreBytes(p + i * kPartLanes, NarrowToBFloat16(v.part[i]));
+    for (int i = 0; i < kParts; ++i) {
+      StoreBytes(p + i * kPartLanes, __builtin_convertvector(RoundToBFloat16(v.part[i]), PartBits16));
+    }
   }
 #endif
 }
