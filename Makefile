@@ -110,8 +110,8 @@ SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_f
 
 sanitize: $(DEPS)
 	mkdir -p $(SANITIZE_DIR)
-	$(CXX) $(CORE_FLAGS) -O1 -Wall -Wextra -fsanitize=address,undefined \
-	    -fno-sanitize-recover=all -fno-omit-frame-pointer -g cc/core/*.cc cc/tests/core_test.cc \
+	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
+	    -fno-sanitize-recover=all -fno-omit-frame-pointer cc/core/*.cc cc/tests/core_test.cc \
 	    -o $(SANITIZE_DIR)/core_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \

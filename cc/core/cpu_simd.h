@@ -16,8 +16,15 @@
 // Everything that takes or returns a vector is inlined into the loops: vectors never cross a
 // function call, whose ABI would depend on the copy's instruction set. GCC still warns about
 // that ABI where such a helper is declared (and at the end of the file, hence no pop).
+// Sanitized builds leave inlining to the compiler: instrumenting the forced inlines took GCC
+// minutes per copy, and the helpers (in this copy's namespace, under its target) compute the
+// same either way.
 #ifndef FBN_INLINE
+#if defined(__SANITIZE_ADDRESS__)
+#define FBN_INLINE inline
+#else
 #define FBN_INLINE inline __attribute__((always_inline))
+#endif
 #endif
 #pragma GCC diagnostic ignored "-Wpsabi"
 
