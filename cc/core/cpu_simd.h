@@ -48,20 +48,32 @@ struct Floats {
   float lane(int i) const { return part[i / kPartLanes][i % kPartLanes]; }
 };
 
-FBN_INLINE Floats operator+(const Floats& a, const Floats& b) {
-  Floats r;
-  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] + b.part[i];
+// a op b part by part, for Floats and Doubles.
+template <typename Vector, typename Op>
+FBN_INLINE Vector PartWise(const Vector& a, const Vector& b, Op op) {
+  constexpr int kCount = sizeof(a.part) / sizeof(a.part[0]);
+  Vector r;
+  for (int i = 0; i < kCount; ++i) r.part[i] = op(a.part[i], b.part[i]);
   return r;
 }
+struct AddParts {
+  template <typename P>
+  FBN_INLINE P operator()(const P& x, const P& y) const { return x + y; }
+};
+struct SubtractParts {
+  template <typename P>
+  FBN_INLINE P operator()(const P& x, const P& y) const { return x - y; }
+};
+struct MultiplyParts {
+  template <typename P>
+  FBN_INLINE P operator()(const P& x, const P& y) const { return x * y; }
+};
+FBN_INLINE Floats operator+(const Floats& a, const Floats& b) { return PartWise(a, b, AddParts{}); }
 FBN_INLINE Floats operator-(const Floats& a, const Floats& b) {
-  Floats r;
-  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] - b.part[i];
-  return r;
+  return PartWise(a, b, SubtractParts{});
 }
 FBN_INLINE Floats operator*(const Floats& a, const Floats& b) {
-  Floats r;
-  for (int i = 0; i < kParts; ++i) r.part[i] = a.part[i] * b.part[i];
-  return r;
+  return PartWise(a, b, MultiplyParts{});
 }
 FBN_INLINE Floats& operator+=(Floats& a, const Floats& b) {
   for (int i = 0; i < kParts; ++i) a.part[i] += b.part[i];
@@ -392,19 +404,13 @@ FBN_INLINE Doubles ToDoubles(const Floats& v) {
 }
 
 FBN_INLINE Doubles operator+(const Doubles& a, const Doubles& b) {
-  Doubles r;
-  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] + b.part[i];
-  return r;
+  return PartWise(a, b, AddParts{});
 }
 FBN_INLINE Doubles operator-(const Doubles& a, const Doubles& b) {
-  Doubles r;
-  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] - b.part[i];
-  return r;
+  return PartWise(a, b, SubtractParts{});
 }
 FBN_INLINE Doubles operator*(const Doubles& a, const Doubles& b) {
-  Doubles r;
-  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = a.part[i] * b.part[i];
-  return r;
+  return PartWise(a, b, MultiplyParts{});
 }
 
 // acc += the 16 float lanes of v, each converted to double exactly.
