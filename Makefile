@@ -1,14 +1,18 @@
 # tf-fbn-ops: two commands do everything on a fresh machine with Python 3 and g++.
 #   make demo   virtual environment + TensorFlow + build, then the main job (a parity table)
-#   make test   the same set-up, then the C++ core tests (CPU; CUDA where nvcc exists), the
-#               sanitizer run and the whole pytest suite
+#   make test   the same set-up, then the C++ core tests (CPU; the CUDA kernels under the host
+#               emulator; on a GPU where nvcc exists), the sanitizer run and the whole pytest
+#               suite
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
-# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU), core-bench (the CPU
+# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU, and FBN_REQUIRE_GPU=1
+# makes that a failure), gpu-test-large (adds float16 tensors of more than 2^31 elements; ~13 GB
+# of GPU memory), gpu-emu-test (the same CUDA source and GPU test compiled with g++ against a
+# host emulator, under ASan+UBSan: no GPU or nvcc needed), core-bench (the CPU
 # core alone, timed), sanitize (ASan+UBSan
 # build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
 # differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
 # (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
-# bench (the issue-5 benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
+# bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
 # installs torch and matplotlib into the venv first; results in build/bench), clean.
 
@@ -37,18 +41,20 @@ PY      := $(VENV)/bin/python
 DEPS    := $(VENV)/.deps-installed
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
-CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.h')
+CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
 CORE_TEST := build/core_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
+GPU_EMU_TEST := build/gpu_emu_test
 
-.PHONY: demo test lib core-test core-bench gpu-test gpu-bench sanitize fuzz test-large \
+.PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
+        sanitize fuzz test-large \
         tf-matrix bazel-test bench clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test $(if $(NVCC),gpu-test) sanitize
+test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) sanitize
 	$(PY) -m pytest -q -rs tests
 
 lib: $(LIBRARY)
@@ -82,6 +88,22 @@ core-bench: $(CC_FILES) benchmarks/core_bench.cc
 
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)
+
+gpu-test-large: $(GPU_TEST)
+	FBN_GPU_TEST_LARGE=1 ./$(GPU_TEST)
+
+# The CUDA kernels' own source (no copy) and the GPU test, compiled as C++ against the host
+# emulator in cc/tests/gpu_emulator (threads as fibers, checked barriers and launch limits,
+# NaN-filled memory), under AddressSanitizer and UndefinedBehaviorSanitizer.
+$(GPU_EMU_TEST): $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -Wno-unknown-pragmas \
+	    -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
+	    -Icc/tests/gpu_emulator -x c++ cc/core/bn_grad_gpu.cu cc/tests/gpu_core_test.cu \
+	    -x none cc/core/bn_grad_reference.cc cc/tests/gpu_emulator/emulator.cc -o $@
+
+gpu-emu-test: $(GPU_EMU_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
 
 gpu-bench: $(GPU_BENCH)
 	./$(GPU_BENCH)

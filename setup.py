@@ -117,7 +117,7 @@ class BuildTensorFlowOps(build_ext):
         flavour = ("-cuda" if cuda else "") + ("-sanitize" if sanitize_flags() else "")
         obj_dir = Path(self.build_temp) / f"objects{flavour}"
         obj_dir.mkdir(parents=True, exist_ok=True)
-        headers = list((ROOT / "cc").rglob("*.h"))
+        headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
 
         def compile_one(source: str) -> Path:

@@ -1,7 +1,9 @@
-// GPU benchmark of the CUDA core: effective bandwidth of the gradient kernels on the CPU
-// benchmark's shapes, next to a device-to-device copy of the same number of bytes measured in
-// the same run, printed as a ratio (the copy is the streaming limit). Needs only nvcc and a GPU;
-// prints a SKIP line and exits 0 where no GPU is visible.
+// GPU benchmark of the CUDA core: effective bandwidth of the gradient kernels, next to a
+// device-to-device copy of the same number of bytes measured in the same run, printed as a
+// ratio (the copy is the streaming limit). Shapes: the CPU benchmark's, plus tensors of 64 MiB
+// and more, where the target is a ratio of at least 0.90. Needs only nvcc and a GPU; prints a
+// SKIP line and exits 0 where no GPU is visible; exits 1 on any CUDA error. FBN_BENCH_SHAPES
+// (comma-separated names, e.g. 64x56x56x256) runs only those shapes, for profilers.
 //
 // Bytes moved per call: training reads x and dy twice and writes dx (5 tensor passes);
 // inference reads them once and writes dx (3 passes).
@@ -9,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
@@ -18,21 +22,38 @@ namespace {
 
 constexpr int kWarmup = 3;
 constexpr int kRepeats = 20;
+constexpr double kLargeBytes = 64.0 * (1 << 20);  // "large": x alone is at least this big
+constexpr double kLargeTarget = 0.90;
+
+// Any CUDA error ends the run: a failed launch must never be timed as a fast one.
+void Require(cudaError_t error, const char* what) {
+  if (error == cudaSuccess) return;
+  std::printf("gpu_bench: CUDA error in %s: %s\n", what, cudaGetErrorString(error));
+  std::exit(1);
+}
 
 struct BenchShape {
   const char* name;
   fbn::Shape shape;
 };
 
-// The CPU benchmark's shapes, (N, spatial, C) in both layouts.
+// (N, spatial, C) in both layouts: the CPU benchmark's shapes, then large ones.
 std::vector<BenchShape> Shapes() {
   struct Dims { const char* name; int64_t n, s, c; };
-  const Dims dims[] = {{"32x56x56x64", 32, 56 * 56, 64},   {"32x28x28x128", 32, 28 * 28, 128},
-                       {"32x14x14x256", 32, 14 * 14, 256}, {"32x7x7x2048", 32, 7 * 7, 2048},
-                       {"8x112x112x64", 8, 112 * 112, 64}, {"1x8x8x32", 1, 8 * 8, 32},
-                       {"4x16x32x32x32", 4, 16 * 32 * 32, 32}};
+  const Dims dims[] = {{"32x56x56x64", 32, 56 * 56, 64},     {"32x28x28x128", 32, 28 * 28, 128},
+                       {"32x14x14x256", 32, 14 * 14, 256},   {"32x7x7x2048", 32, 7 * 7, 2048},
+                       {"8x112x112x64", 8, 112 * 112, 64},   {"1x8x8x32", 1, 8 * 8, 32},
+                       {"4x16x32x32x32", 4, 16 * 32 * 32, 32},
+                       {"32x112x112x64", 32, 112 * 112, 64}, {"64x56x56x256", 64, 56 * 56, 256},
+                       {"256x7x7x2048", 256, 7 * 7, 2048},
+                       {"8x32x64x64x64", 8, 32 * 64 * 64, 64}};
+  const char* only = std::getenv("FBN_BENCH_SHAPES");
+  const std::string wanted = only == nullptr ? "" : "," + std::string(only) + ",";
   std::vector<BenchShape> out;
   for (const Dims& d : dims) {
+    if (!wanted.empty() && wanted.find("," + std::string(d.name) + ",") == std::string::npos) {
+      continue;
+    }
     out.push_back({d.name, {d.n, d.c, d.s, true}});
     out.push_back({d.name, {d.n, d.c, d.s, false}});
   }
@@ -43,16 +64,16 @@ std::vector<BenchShape> Shapes() {
 template <typename Fn>
 float MedianMs(Fn&& fn) {
   cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
+  Require(cudaEventCreate(&start), "cudaEventCreate");
+  Require(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < kWarmup; ++i) fn();
   std::vector<float> ms(kRepeats);
   for (float& m : ms) {
-    cudaEventRecord(start);
+    Require(cudaEventRecord(start), "cudaEventRecord");
     fn();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    cudaEventElapsedTime(&m, start, stop);
+    Require(cudaEventRecord(stop), "cudaEventRecord");
+    Require(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    Require(cudaEventElapsedTime(&m, start, stop), "cudaEventElapsedTime");
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
@@ -60,25 +81,29 @@ float MedianMs(Fn&& fn) {
   return ms[kRepeats / 2];
 }
 
+void* DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  Require(cudaMalloc(&p, bytes), "cudaMalloc");
+  return p;
+}
+
+// Returns the ratio kernel GB/s / copy GB/s.
 template <typename T>
-void Bench(const char* type, const BenchShape& b, bool training) {
+double Bench(const char* type, const BenchShape& b, bool training) {
   const size_t n = static_cast<size_t>(b.shape.elements());
   const size_t c = static_cast<size_t>(b.shape.channels);
-  T *dy, *x, *dx;
-  float* per_channel;
-  void* scratch;
   const size_t moved = (training ? 5 : 3) * n * sizeof(T);
-  void *copy_src, *copy_dst;
-  cudaMalloc(&dy, n * sizeof(T));
-  cudaMalloc(&x, n * sizeof(T));
-  cudaMalloc(&dx, n * sizeof(T));
-  cudaMalloc(&per_channel, 5 * c * sizeof(float));
-  cudaMalloc(&scratch, fbn::GpuScratchBytes(b.shape));
-  cudaMalloc(&copy_src, moved / 2);
-  cudaMalloc(&copy_dst, moved / 2);
-  cudaMemset(dy, 0, n * sizeof(T));
-  cudaMemset(x, 0, n * sizeof(T));
-  cudaMemset(per_channel, 0, 5 * c * sizeof(float));
+  T* dy = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
+  T* x = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
+  T* dx = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
+  float* per_channel = static_cast<float*>(DeviceAlloc(5 * c * sizeof(float)));
+  void* scratch = DeviceAlloc(fbn::GpuScratchBytes(b.shape));
+  void* copy_src = DeviceAlloc(moved / 2);
+  void* copy_dst = DeviceAlloc(moved / 2);
+  Require(cudaMemset(dy, 0, n * sizeof(T)), "cudaMemset");
+  Require(cudaMemset(x, 0, n * sizeof(T)), "cudaMemset");
+  Require(cudaMemset(per_channel, 0, 5 * c * sizeof(float)), "cudaMemset");
+  Require(cudaMemset(copy_src, 0, moved / 2), "cudaMemset");
 
   fbn::Params p;
   p.shape = b.shape;
@@ -93,21 +118,27 @@ void Bench(const char* type, const BenchShape& b, bool training) {
   t.scale_backprop = per_channel + 3 * c;
   t.offset_backprop = per_channel + 4 * c;
 
-  const float kernel_ms = MedianMs([&] { fbn::BatchNormGradGpu(p, t, scratch, nullptr); });
+  const float kernel_ms = MedianMs([&] {
+    Require(static_cast<cudaError_t>(fbn::BatchNormGradGpu(p, t, scratch, nullptr)),
+            "BatchNormGradGpu");
+  });
   // A copy of moved/2 bytes reads and writes `moved` bytes in all.
-  const float copy_ms =
-      MedianMs([&] { cudaMemcpyAsync(copy_dst, copy_src, moved / 2, cudaMemcpyDeviceToDevice); });
-  const cudaError_t error = cudaGetLastError();
+  const float copy_ms = MedianMs([&] {
+    Require(cudaMemcpyAsync(copy_dst, copy_src, moved / 2, cudaMemcpyDeviceToDevice),
+            "cudaMemcpyAsync");
+  });
+  Require(cudaDeviceSynchronize(), "kernels");
   const double kernel_gbs = moved / (kernel_ms * 1e6);
   const double copy_gbs = moved / (copy_ms * 1e6);
-  std::printf("%-15s %-8s %-5s %-9s %10.1f %10.1f %10.1f %7.2f%s\n", b.name,
+  const double ratio = kernel_gbs / copy_gbs;
+  std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f\n", b.name,
               b.shape.channels_last ? "NHWC" : "NCHW", training ? "train" : "infer", type,
-              kernel_ms * 1e3, kernel_gbs, copy_gbs, kernel_gbs / copy_gbs,
-              error == cudaSuccess ? "" : cudaGetErrorString(error));
+              n * sizeof(T) / 1e6, kernel_ms * 1e3, kernel_gbs, copy_gbs, ratio);
   for (void* ptr : {static_cast<void*>(dy), static_cast<void*>(x), static_cast<void*>(dx),
                     static_cast<void*>(per_channel), scratch, copy_src, copy_dst}) {
-    cudaFree(ptr);
+    Require(cudaFree(ptr), "cudaFree");
   }
+  return ratio;
 }
 
 }  // namespace
@@ -121,19 +152,32 @@ int main() {
     return 0;
   }
   cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
+  Require(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("gpu_bench on %s; median of %d calls; ratio = kernel GB/s / copy GB/s\n",
               prop.name, kRepeats);
-  std::printf("%-15s %-8s %-5s %-9s %10s %10s %10s %7s\n", "shape", "layout", "mode", "dtype",
-              "us/call", "GB/s", "copy GB/s", "ratio");
+  std::printf("%-15s %-6s %-5s %-9s %9s %10s %9s %8s %7s\n", "shape", "layout", "mode", "dtype",
+              "x MB", "us/call", "GB/s", "copy", "ratio");
+  double worst_large = 1e30;
+  int large = 0;
   for (const BenchShape& b : Shapes()) {
     for (bool training : {true, false}) {
-      Bench<float>("float32", b, training);
-      if (b.shape.elements() > (int64_t{1} << 22) && b.shape.channels == 64) {
-        Bench<fbn::Half>("float16", b, training);
-        Bench<fbn::BFloat16>("bfloat16", b, training);
+      auto record = [&](double ratio, size_t bytes) {
+        if (bytes >= kLargeBytes) {
+          worst_large = std::min(worst_large, ratio);
+          ++large;
+        }
+      };
+      const size_t n = static_cast<size_t>(b.shape.elements());
+      record(Bench<float>("float32", b, training), n * 4);
+      if (n >= (size_t{1} << 22)) {
+        record(Bench<fbn::Half>("float16", b, training), n * 2);
+        record(Bench<fbn::BFloat16>("bfloat16", b, training), n * 2);
       }
     }
+  }
+  if (large > 0) {
+    std::printf("tensors of 64 MiB and more: %d cells, worst ratio %.2f (target %.2f): %s\n",
+                large, worst_large, kLargeTarget, worst_large >= kLargeTarget ? "met" : "NOT met");
   }
   return 0;
 }

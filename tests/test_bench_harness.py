@@ -37,7 +37,7 @@ def test_model_bytes_follow_the_pass_model() -> None:
     assert traffic.gigabytes_per_second(10**9, 1e6) == pytest.approx(1.0)
 
 
-def test_case_list_matches_issue_5() -> None:
+def test_case_list_is_the_full_benchmark() -> None:
     cases = all_cases()
     assert len(cases) == len({c.name for c in cases}) == 6 * 4 + 4 + 2 * 2 * 4
     assert [c.name for c in select(cases, TINY)] == ["1x8x8x32-NHWC-train-float32"]

@@ -1,18 +1,24 @@
 // The CUDA kernels of the numeric core and their host launcher. No TensorFlow headers: this file
-// builds with nvcc alone, into the op library and into the standalone GPU test and benchmark.
+// builds with nvcc alone, into the op library and into the standalone GPU test and benchmark,
+// and with g++ against the host emulator of cc/tests/gpu_emulator (the same source, no copy).
 //
 // Three kernels per call, all on the caller's stream:
 //   1. Sum*:     per-block partial sums of dy and dy*(x - mean) per channel (and, in inference
 //                mode, dx = dy * scale / sqrt(var + eps) in the same sweep);
-//   2. Finalize: per channel, adds the partials over the blocks in block order, writes the
+//   2. Finalize: per channel, adds the partials of all blocks in a fixed tree, writes the
 //                scale/offset gradients and the dx coefficients;
 //   3. Apply*:   (training only) dx = c1 * (dy - mean(dy)) - c2 * (x - mean).
 // Each block's partials come from a fixed assignment of elements to threads and a fixed tree
-// in shared memory, so the result is bit-identical run to run; no floating-point atomics.
+// (gpu_lane_sum.cuh), so the result is bit-identical run to run; no floating-point atomics.
+// The cut into blocks depends on the shape only, not on the GPU.
 //
 // The math is the CPU kernels' (bn_grad_cpu.cc): terms and sums in double, dx evaluated in
 // double and rounded once to T. FP64 costs little next to the memory traffic of these
 // bandwidth-bound sweeps, and it makes the results as exact as the inputs allow on every GPU.
+//
+// Speed comes from memory-level parallelism: every thread issues the loads of kUnroll vectors
+// (8 or 16 bytes each) of each input before it uses the first, so each resident thread keeps a
+// hundred bytes or more in flight.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,6 +28,8 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/bn_grad_gpu.h"
+#include "cc/core/gpu_lane_sum.cuh"
+#include "cc/core/gpu_launch.cuh"
 
 namespace fbn {
 namespace {
@@ -34,8 +42,17 @@ constexpr int64_t kBlockElements = 16384;
 constexpr int64_t kMinRowsPerBlock = 64;
 // Bounds the scratch to 2 * kMaxRowBlocks * C doubles.
 constexpr int64_t kMaxRowBlocks = 1024;
-// Loads and stores are this wide where the layout and the pointers allow it.
-constexpr int kVectorBytes = 16;
+// Vectors of each tensor a thread has in flight at once: with one of 16 bytes, 128 bytes per
+// thread, which keeps HBM busy at the occupancy the double-precision state allows.
+constexpr int kUnroll = 4;
+
+// Elements per load and store where the layout and the pointers allow it. Channels first, the
+// V elements of a vector share one channel: 16 bytes. Channels last, each is a channel with its
+// own double-precision state (mean, sums or coefficients), so 16-bit types take 8 bytes: with 8
+// channels a thread needed 130-170 registers, and the lower occupancy cost more bandwidth (on an
+// H100) than the narrower loads.
+template <typename T, bool kChannelsLast>
+constexpr int kVector = sizeof(T) == 4 || !kChannelsLast ? 16 / sizeof(T) : 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -78,34 +95,20 @@ __device__ __forceinline__ void StoreVec(T* p, const Vec<T, V>& v) {
 // floats is exact in double, so each term carries no rounding error of its own.
 template <int V>
 struct Accumulator {
-  double dy[V] = {};
-  double dy_xc[V] = {};
+  double sums[2 * V] = {};  // [0, V): dy; [V, 2V): dy * (x - mean)
 
   __device__ void Add(int j, double d, double xc) {
-    dy[j] += d;
-    dy_xc[j] += d * xc;
+    sums[j] += d;
+    sums[V + j] += d * xc;
   }
 };
 
-// Sums `value` over the threads of the block that share a lane (lane = threadIdx.x % lanes,
-// lanes a power of two), in a fixed tree order. Valid in the threads with threadIdx.x < lanes.
-__device__ double BlockSum(double value, double* shared, int lanes) {
-  const int tid = threadIdx.x;
-  shared[tid] = value;
-  __syncthreads();
-  for (int stride = kThreads / 2; stride >= lanes; stride /= 2) {
-    if (tid < stride) shared[tid] += shared[tid + stride];
-    __syncthreads();
-  }
-  const double sum = shared[tid];
-  __syncthreads();  // shared is reused by the next call
-  return sum;
-}
-
 // How the work is cut; depends on the (canonical) shape only.
 struct Plan {
-  int64_t row_blocks = 1;     // reduction blocks along R
+  int64_t row_blocks = 1;      // reduction blocks along R
   int64_t rows_per_block = 0;  // rows (channels last) or elements of a channel (channels first)
+  int first_lanes = 1;         // channels first: channels side by side in a block
+  int finalize_channels = 1;   // channels per Finalize block; its other threads split the blocks
 
   explicit Plan(const Shape& s) {
     const int64_t rest = s.rest();
@@ -117,13 +120,26 @@ struct Plan {
     // Channels first: block boundaries on a multiple of any vector width.
     if (!s.channels_last) rows_per_block = CeilDiv(rows_per_block, 16) * 16;
     row_blocks = CeilDiv(rest, rows_per_block);
+    // Channels first with short channels: several channels per block, as long as each of
+    // their threads still has at most 16 elements; otherwise most of a block would idle.
+    while (!s.channels_last && first_lanes < kWarpSize &&
+           kThreads / (2 * first_lanes) * 16 >= rows_per_block) {
+      first_lanes *= 2;
+    }
+    // Finalize: enough threads per channel to read its row_blocks partials in one or a few
+    // steps; the remaining factor of kThreads goes to neighbouring channels (coalesced reads).
+    int threads_per_channel = 1;
+    while (threads_per_channel < row_blocks && threads_per_channel < kThreads) {
+      threads_per_channel *= 2;
+    }
+    finalize_channels = std::clamp(kThreads / threads_per_channel, 1, kWarpSize);
   }
 };
 
-// Channels last: a block is lanes_x channel vectors wide and kThreads / lanes_x rows tall.
+// Channels last: a block is `lanes` channel vectors wide and kThreads / lanes rows tall.
 int LanesFor(int64_t channel_vectors) {
   int lanes = 1;
-  while (lanes < 32 && lanes < channel_vectors) lanes *= 2;
+  while (lanes < kWarpSize && lanes < channel_vectors) lanes *= 2;
   return lanes;
 }
 
@@ -141,109 +157,202 @@ struct Args {
 // Channels last: this thread's V channels and rows [begin, end) step `step` of its block.
 struct RowTile {
   int64_t c0, begin, end;
-  int row_lane;  // thread's first row within the block
-  int step;      // rows between this thread's rows
+  int step;  // rows between this thread's rows
+  bool active;
   template <typename T>
-  __device__ RowTile(const Args<T>& a, int lanes_x, int V) {
-    row_lane = threadIdx.x / lanes_x;
-    step = kThreads / lanes_x;
-    c0 = (static_cast<int64_t>(blockIdx.x) * lanes_x + threadIdx.x % lanes_x) * V;
-    begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block + row_lane;
-    end = min(a.rest, static_cast<int64_t>(blockIdx.y) * a.rows_per_block + a.rows_per_block);
+  __device__ RowTile(const Args<T>& a, int lanes, int V) {
+    step = kThreads / lanes;
+    c0 = (static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes) * V;
+    const int64_t block_begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
+    begin = block_begin + threadIdx.x / lanes;
+    end = min(a.rest, block_begin + a.rows_per_block);
+    active = c0 < a.channels;
   }
 };
 
-// Channels first: offset of channel c's element e, counted in (n, s) order.
-template <typename T>
-__device__ __forceinline__ int64_t ChannelsFirstOffset(const Args<T>& a, int64_t c, int64_t e) {
-  const int64_t n = e / a.spatial;
-  return (n * a.channels + c) * a.spatial + (e - n * a.spatial);
+// Channels first: a thread walks channel c's elements e, e + step, e + 2 step, ... in (n, s)
+// order, keeping n and s by additions: a 64-bit division per access would cost more than the
+// access.
+struct PlaneWalk {
+  int64_t n, s;    // image and position within the plane of the current element
+  int64_t dn, ds;  // step, in whole planes and the remainder
+  __device__ PlaneWalk(int64_t e, int64_t step, int64_t spatial) {
+    n = e / spatial;
+    s = e - n * spatial;
+    dn = step / spatial;
+    ds = step - dn * spatial;
+  }
+  template <typename T>
+  __device__ int64_t Offset(const Args<T>& a, int64_t c) const {
+    return (n * a.channels + c) * a.spatial + s;
+  }
+  __device__ void Advance(int64_t spatial) {
+    n += dn;
+    s += ds;
+    if (s >= spatial) {
+      s -= spatial;
+      ++n;
+    }
+  }
+};
+
+// Up to kUnroll vectors of dy and x at `offset`, every load issued before any is used; `count`
+// of them lie inside the thread's range.
+template <typename T, int V>
+struct Batch {
+  Vec<T, V> dy[kUnroll], x[kUnroll];
+  int64_t offset[kUnroll];
+  int count;
+
+  __device__ __forceinline__ void Load(const Args<T>& a) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u < count) {
+        dy[u] = LoadVec<T, V>(a.t.y_backprop + offset[u]);
+        x[u] = LoadVec<T, V>(a.t.x + offset[u]);
+      }
+    }
+  }
+};
+
+// Channels last: the batch of rows r, r + step, ... of the thread's tile.
+template <typename T, int V>
+__device__ __forceinline__ void LoadRows(const Args<T>& a, const RowTile& tile, int64_t r,
+                                         Batch<T, V>& b) {
+  b.count = 0;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t row = r + u * tile.step;
+    b.offset[u] = row * a.channels + tile.c0;
+    b.count += row < tile.end ? 1 : 0;
+  }
+  b.Load(a);
 }
 
+// Kernel signature shared by the sweeps; `lanes`: channel vectors (channels last) or channels
+// (channels first) side by side in a block, lane = threadIdx.x % lanes.
+template <typename T>
+using SweepKernel = void (*)(Args<T>, int);
+
 template <typename T, int V, bool kInference>
-__global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes_x) {
-  __shared__ double shared[kThreads];
-  const RowTile tile(a, lanes_x, V);
-  const int64_t c0 = tile.c0;
-  const bool active = c0 < a.channels;
+__global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes) {
+  __shared__ double shared[2 * V * kThreads];
+  const RowTile tile(a, lanes, V);
   Accumulator<V> acc;
-  if (active) {
+  if (tile.active) {
     double mean[V], k[V];
     for (int j = 0; j < V; ++j) {
-      mean[j] = a.t.mean[c0 + j];
-      k[j] = kInference ? a.p.InvStd(a.t.variance[c0 + j]) * a.t.scale[c0 + j] : 0.0;
+      mean[j] = a.t.mean[tile.c0 + j];
+      k[j] = kInference ? a.p.InvStd(a.t.variance[tile.c0 + j]) * a.t.scale[tile.c0 + j] : 0.0;
     }
-    for (int64_t r = tile.begin; r < tile.end; r += tile.step) {
-      const int64_t offset = r * a.channels + c0;
-      const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
-      const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
-      Vec<T, V> dx;
-      for (int j = 0; j < V; ++j) {
-        const double d = Load(dy.v[j]);
-        acc.Add(j, d, Load(x.v[j]) - mean[j]);
-        if (kInference) dx.v[j] = Round<T>(d * k[j]);
+    for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
+      Batch<T, V> b;
+      LoadRows(a, tile, r, b);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (u >= b.count) break;
+        Vec<T, V> dx;
+        for (int j = 0; j < V; ++j) {
+          const double d = Load(b.dy[u].v[j]);
+          acc.Add(j, d, Load(b.x[u].v[j]) - mean[j]);
+          if (kInference) dx.v[j] = Round<T>(d * k[j]);
+        }
+        if (kInference) StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
       }
-      if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
     }
   }
-  for (int j = 0; j < V; ++j) {
-    const double sum_dy = BlockSum(acc.dy[j], shared, lanes_x);
-    const double sum_dy_xc = BlockSum(acc.dy_xc[j], shared, lanes_x);
-    if (tile.row_lane == 0 && active) {
-      a.partial_dy[blockIdx.y * a.channels + c0 + j] = sum_dy;
-      a.partial_dy_xc[blockIdx.y * a.channels + c0 + j] = sum_dy_xc;
+  BlockLaneSums<kThreads>(acc.sums, lanes, shared);
+  if (static_cast<int>(threadIdx.x) < lanes && tile.active) {
+    for (int j = 0; j < V; ++j) {
+      a.partial_dy[blockIdx.y * a.channels + tile.c0 + j] = acc.sums[j];
+      a.partial_dy_xc[blockIdx.y * a.channels + tile.c0 + j] = acc.sums[V + j];
     }
   }
+}
+
+// Channels first: this thread's channel and its walk over the channel's elements in the block.
+struct ChannelSpan {
+  int64_t c, begin, end, step;
+  bool active;
+  template <typename T>
+  __device__ ChannelSpan(const Args<T>& a, int lanes, int V) {
+    c = static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes;
+    const int64_t block_begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
+    begin = block_begin + static_cast<int64_t>(threadIdx.x / lanes) * V;
+    end = min(a.rest, block_begin + a.rows_per_block);
+    step = static_cast<int64_t>(kThreads / lanes) * V;
+    active = c < a.channels;
+  }
+};
+
+// Channels first: the batch of the channel's elements e, e + step, ... (walk is at e).
+template <typename T, int V>
+__device__ __forceinline__ void LoadPlanes(const Args<T>& a, const ChannelSpan& span, int64_t e,
+                                           PlaneWalk& walk, Batch<T, V>& b) {
+  b.count = 0;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    b.offset[u] = walk.Offset(a, span.c);
+    walk.Advance(a.spatial);
+    b.count += e + u * span.step < span.end ? 1 : 0;
+  }
+  b.Load(a);
 }
 
 template <typename T, int V, bool kInference>
-__global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a) {
-  __shared__ double shared[kThreads];
-  const int64_t c = blockIdx.x;
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
-  const int64_t end = min(a.rest, begin + a.rows_per_block);
-  const double mean = a.t.mean[c];
-  const double k = kInference ? a.p.InvStd(a.t.variance[c]) * a.t.scale[c] : 0.0;
-  Accumulator<V> acc;
-  // e counts channel c's elements in (n, s) order; S is a multiple of V.
-  for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
-       e += static_cast<int64_t>(kThreads) * V) {
-    const int64_t offset = ChannelsFirstOffset(a, c, e);
-    const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
-    const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
-    Vec<T, V> dx;
-    for (int j = 0; j < V; ++j) {
-      const double d = Load(dy.v[j]);
-      acc.Add(j, d, Load(x.v[j]) - mean);
-      if (kInference) dx.v[j] = Round<T>(d * k);
+__global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lanes) {
+  __shared__ double shared[2 * kThreads];
+  const ChannelSpan span(a, lanes, V);
+  // One channel per thread: one pair of sums, whatever V (registers are what limits occupancy).
+  Accumulator<1> acc;
+  if (span.active) {
+    const double mean = a.t.mean[span.c];
+    const double k = kInference ? a.p.InvStd(a.t.variance[span.c]) * a.t.scale[span.c] : 0.0;
+    // e counts the channel's elements in (n, s) order; S is a multiple of V.
+    PlaneWalk walk(span.begin, span.step, a.spatial);
+    for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
+      Batch<T, V> b;
+      LoadPlanes(a, span, e, walk, b);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (u >= b.count) break;
+        Vec<T, V> dx;
+        for (int j = 0; j < V; ++j) {
+          const double d = Load(b.dy[u].v[j]);
+          acc.Add(0, d, Load(b.x[u].v[j]) - mean);
+          if (kInference) dx.v[j] = Round<T>(d * k);
+        }
+        if (kInference) StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
+      }
     }
-    if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
   }
-  double thread_dy = 0.0;
-  double thread_dy_xc = 0.0;
-  for (int j = 0; j < V; ++j) {
-    thread_dy += acc.dy[j];
-    thread_dy_xc += acc.dy_xc[j];
-  }
-  const double sum_dy = BlockSum(thread_dy, shared, 1);
-  const double sum_dy_xc = BlockSum(thread_dy_xc, shared, 1);
-  if (threadIdx.x == 0) {
-    a.partial_dy[blockIdx.y * a.channels + c] = sum_dy;
-    a.partial_dy_xc[blockIdx.y * a.channels + c] = sum_dy_xc;
+  BlockLaneSums<kThreads>(acc.sums, lanes, shared);
+  if (static_cast<int>(threadIdx.x) < lanes && span.active) {
+    a.partial_dy[blockIdx.y * a.channels + span.c] = acc.sums[0];
+    a.partial_dy_xc[blockIdx.y * a.channels + span.c] = acc.sums[1];
   }
 }
 
-// One thread per channel: partials in block order, outputs, and the training coefficients.
+// Per channel: the partials of all row blocks in a fixed tree, the outputs, and the training
+// coefficients. A block serves `channels` neighbouring channels (lane = threadIdx.x % channels).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) Finalize(Args<T> a, int64_t row_blocks) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= a.channels) return;
-  double sum_dy = 0.0;
-  double sum_dy_xc = 0.0;
-  for (int64_t b = 0; b < row_blocks; ++b) {
-    sum_dy += a.partial_dy[b * a.channels + c];
-    sum_dy_xc += a.partial_dy_xc[b * a.channels + c];
+__global__ void __launch_bounds__(kThreads)
+    Finalize(Args<T> a, int64_t row_blocks, int channels) {
+  __shared__ double shared[2 * kThreads];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * channels + threadIdx.x % channels;
+  const bool active = c < a.channels;
+  double sums[2] = {0.0, 0.0};  // dy, dy * (x - mean)
+  if (active) {
+    for (int64_t b = threadIdx.x / channels; b < row_blocks; b += kThreads / channels) {
+      sums[0] += a.partial_dy[b * a.channels + c];
+      sums[1] += a.partial_dy_xc[b * a.channels + c];
+    }
   }
+  BlockLaneSums<kThreads>(sums, channels, shared);
+  if (static_cast<int>(threadIdx.x) >= channels || !active) return;
+  const double sum_dy = sums[0];
+  const double sum_dy_xc = sums[1];
+
   const double inv_std = a.p.InvStd(a.t.variance[c]);
   a.t.offset_backprop[c] = static_cast<float>(sum_dy);
   a.t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
@@ -253,8 +362,10 @@ __global__ void __launch_bounds__(kThreads) Finalize(Args<T> a, int64_t row_bloc
       // infinities and NaNs. Serial over the channel; never taken for finite statistics.
       double scaled = 0.0;
       for (int64_t e = 0; e < a.rest; ++e) {
-        const int64_t k = a.p.shape.channels_last ? e * a.channels + c
-                                                  : ChannelsFirstOffset(a, c, e);
+        const int64_t n = e / a.spatial;
+        const int64_t k = a.p.shape.channels_last
+                              ? e * a.channels + c
+                              : (n * a.channels + c) * a.spatial + (e - n * a.spatial);
         scaled += Load(a.t.y_backprop[k]) * ((Load(a.t.x[k]) - a.t.mean[c]) * inv_std);
       }
       a.t.scale_backprop[c] = static_cast<float>(scaled);
@@ -275,80 +386,96 @@ __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes_x) {
-  const RowTile tile(a, lanes_x, V);
-  const int64_t c0 = tile.c0;
-  if (c0 >= a.channels) return;
+__global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes) {
+  const RowTile tile(a, lanes, V);
+  if (!tile.active) return;
   double mean[V], c1[V], dy_mean[V], c2[V];
   for (int j = 0; j < V; ++j) {
-    mean[j] = a.t.mean[c0 + j];
-    c1[j] = a.coef[c0 + j];
-    dy_mean[j] = a.coef[a.channels + c0 + j];
-    c2[j] = a.coef[2 * a.channels + c0 + j];
+    mean[j] = a.t.mean[tile.c0 + j];
+    c1[j] = a.coef[tile.c0 + j];
+    dy_mean[j] = a.coef[a.channels + tile.c0 + j];
+    c2[j] = a.coef[2 * a.channels + tile.c0 + j];
   }
-  for (int64_t r = tile.begin; r < tile.end; r += tile.step) {
-    const int64_t offset = r * a.channels + c0;
-    const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
-    const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
-    Vec<T, V> dx;
-    for (int j = 0; j < V; ++j) {
-      dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean[j], c1[j], dy_mean[j], c2[j]);
+  for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
+    Batch<T, V> b;
+    LoadRows(a, tile, r, b);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u >= b.count) break;
+      Vec<T, V> dx;
+      for (int j = 0; j < V; ++j) {
+        dx.v[j] = TrainingDx<T>(Load(b.dy[u].v[j]), Load(b.x[u].v[j]), mean[j], c1[j],
+                                dy_mean[j], c2[j]);
+      }
+      StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
     }
-    StoreVec<T, V>(a.t.x_backprop + offset, dx);
   }
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a) {
-  const int64_t c = blockIdx.x;
-  const int64_t begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
-  const int64_t end = min(a.rest, begin + a.rows_per_block);
-  const double mean = a.t.mean[c];
-  const double c1 = a.coef[c];
-  const double dy_mean = a.coef[a.channels + c];
-  const double c2 = a.coef[2 * a.channels + c];
-  for (int64_t e = begin + static_cast<int64_t>(threadIdx.x) * V; e < end;
-       e += static_cast<int64_t>(kThreads) * V) {
-    const int64_t offset = ChannelsFirstOffset(a, c, e);
-    const Vec<T, V> dy = LoadVec<T, V>(a.t.y_backprop + offset);
-    const Vec<T, V> x = LoadVec<T, V>(a.t.x + offset);
-    Vec<T, V> dx;
-    for (int j = 0; j < V; ++j) {
-      dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean, c1, dy_mean, c2);
+__global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int lanes) {
+  const ChannelSpan span(a, lanes, V);
+  if (!span.active) return;
+  const double mean = a.t.mean[span.c];
+  const double c1 = a.coef[span.c];
+  const double dy_mean = a.coef[a.channels + span.c];
+  const double c2 = a.coef[2 * a.channels + span.c];
+  PlaneWalk walk(span.begin, span.step, a.spatial);
+  for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
+    Batch<T, V> b;
+    LoadPlanes(a, span, e, walk, b);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u >= b.count) break;
+      Vec<T, V> dx;
+      for (int j = 0; j < V; ++j) {
+        dx.v[j] = TrainingDx<T>(Load(b.dy[u].v[j]), Load(b.x[u].v[j]), mean, c1, dy_mean, c2);
+      }
+      StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
     }
-    StoreVec<T, V>(a.t.x_backprop + offset, dx);
   }
 }
 
-template <typename T, int V>
-void LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaStream_t stream) {
+// Enqueues the two or three kernels of one call; the first failing launch's error.
+template <typename T, int V, bool kChannelsLast>
+cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaStream_t stream) {
   const bool training = a.p.is_training;
-  if (s.channels_last) {
-    const int lanes_x = LanesFor(s.channels / V);
-    const dim3 grid(static_cast<unsigned>(CeilDiv(s.channels / V, lanes_x)),
-                    static_cast<unsigned>(plan.row_blocks));
-    if (training) {
-      SumChannelsLast<T, V, false><<<grid, kThreads, 0, stream>>>(a, lanes_x);
-    } else {
-      SumChannelsLast<T, V, true><<<grid, kThreads, 0, stream>>>(a, lanes_x);
-    }
-    Finalize<T><<<static_cast<unsigned>(CeilDiv(s.channels, kThreads)), kThreads, 0, stream>>>(
-        a, plan.row_blocks);
-    if (training) ApplyChannelsLast<T, V><<<grid, kThreads, 0, stream>>>(a, lanes_x);
-  } else {
-    const dim3 grid(static_cast<unsigned>(s.channels), static_cast<unsigned>(plan.row_blocks));
-    if (training) {
-      SumChannelsFirst<T, V, false><<<grid, kThreads, 0, stream>>>(a);
-    } else {
-      SumChannelsFirst<T, V, true><<<grid, kThreads, 0, stream>>>(a);
-    }
-    Finalize<T><<<static_cast<unsigned>(CeilDiv(s.channels, kThreads)), kThreads, 0, stream>>>(
-        a, plan.row_blocks);
-    if (training) ApplyChannelsFirst<T, V><<<grid, kThreads, 0, stream>>>(a);
+  const dim3 block(kThreads);
+  int lanes = plan.first_lanes;
+  dim3 grid(static_cast<unsigned>(CeilDiv(s.channels, lanes)),
+            static_cast<unsigned>(plan.row_blocks));
+  SweepKernel<T> sum = training ? SumChannelsFirst<T, V, false> : SumChannelsFirst<T, V, true>;
+  SweepKernel<T> apply = ApplyChannelsFirst<T, V>;
+  if constexpr (kChannelsLast) {
+    lanes = LanesFor(s.channels / V);
+    grid.x = static_cast<unsigned>(CeilDiv(s.channels / V, lanes));
+    sum = training ? SumChannelsLast<T, V, false> : SumChannelsLast<T, V, true>;
+    apply = ApplyChannelsLast<T, V>;
   }
+  const dim3 finalize_grid(static_cast<unsigned>(CeilDiv(s.channels, plan.finalize_channels)));
+  cudaError_t error = LaunchKernel(sum, grid, block, stream, a, lanes);
+  if (error == cudaSuccess) {
+    error = LaunchKernel(Finalize<T>, finalize_grid, block, stream, a, plan.row_blocks,
+                         plan.finalize_channels);
+  }
+  if (error == cudaSuccess && training) error = LaunchKernel(apply, grid, block, stream, a, lanes);
+  return error;
 }
 
-bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorBytes == 0; }
+bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// The vector width for one layout when the channel groups' contiguous runs (`run` elements)
+// are whole vectors and every element buffer is aligned to one; element by element otherwise.
+template <typename T, bool kChannelsLast>
+cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const Plan& plan, int64_t run,
+                         cudaStream_t stream) {
+  constexpr int V = kVector<T, kChannelsLast>;
+  constexpr size_t kBytes = V * sizeof(T);
+  const bool vectorize = run % V == 0 && Aligned(a.t.y_backprop, kBytes) &&
+                         Aligned(a.t.x, kBytes) && Aligned(a.t.x_backprop, kBytes);
+  return vectorize ? LaunchAll<T, V, kChannelsLast>(a, s, plan, stream)
+                   : LaunchAll<T, 1, kChannelsLast>(a, s, plan, stream);
+}
 
 }  // namespace
 
@@ -382,16 +509,8 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
   a.partial_dy_xc = a.partial_dy + plan.row_blocks * s.channels;
   a.coef = a.partial_dy_xc + plan.row_blocks * s.channels;
 
-  constexpr int kVector = kVectorBytes / sizeof(T);
-  const int64_t run = s.channels_last ? s.channels : s.spatial;  // contiguous per channel group
-  const bool vectorize = run % kVector == 0 && Aligned(t.y_backprop) && Aligned(t.x) &&
-                         Aligned(t.x_backprop);
-  if (vectorize) {
-    LaunchAll<T, kVector>(a, s, plan, stream);
-  } else {
-    LaunchAll<T, 1>(a, s, plan, stream);
-  }
-  return cudaGetLastError();
+  return s.channels_last ? LaunchLayout<T, true>(a, s, plan, s.channels, stream)
+                         : LaunchLayout<T, false>(a, s, plan, s.spatial, stream);
 }
 
 const char* GpuErrorString(int error) {

@@ -23,12 +23,15 @@ struct BatchNormGradFunctor<GpuDevice, T> {
     stream_executor::Stream* stream =
         ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
     if (stream == nullptr) return errors::Internal("No GPU stream available");
+    // A null CUstream would mean CUDA's legacy default stream: the kernels would run unordered
+    // with the op's inputs and outputs on TensorFlow's own stream.
+    const auto cuda_stream = static_cast<fbn::GpuStream>(stream->platform_specific_handle().stream);
+    if (cuda_stream == nullptr) return errors::Internal("No CUDA stream behind the GPU stream");
     Tensor scratch;
     const int64_t bytes = static_cast<int64_t>(fbn::GpuScratchBytes(params.shape));
     TF_RETURN_IF_ERROR(ctx->allocate_temp(DT_INT8, TensorShape({bytes}), &scratch));
     const int error = fbn::BatchNormGradGpu(
-        params, tensors, scratch.flat<int8_t>().data(),
-        static_cast<fbn::GpuStream>(stream->platform_specific_handle().stream));
+        params, tensors, scratch.flat<int8_t>().data(), cuda_stream);
     if (error != 0) {
       return errors::Internal("CUDA error in ", ctx->op_kernel().type_string(), ": ",
                               fbn::GpuErrorString(error));

@@ -250,6 +250,7 @@ void RunAllCases() {
 }  // namespace fbn
 
 int main() {
+  fbn::testing::CheckErrorMeasureCatchesSpecials();
   fbn::TestConversions();
   fbn::RunAllCases<float>();
   fbn::RunAllCases<fbn::Half>();

@@ -1,16 +1,31 @@
-// Standalone test of the CUDA core (no TensorFlow, no Python): the GPU kernels against the
-// double-precision reference on the same random and awkward shapes as the CPU test, for every
-// layout, dtype and mode, with and without the inverse-std contract; two runs must give the same
-// bits; unaligned buffers take the scalar path. Prints PASS/FAIL counts; exits non-zero on any
-// failure, and 0 with a SKIP line where no CUDA GPU is visible.
+// Test of the CUDA core without TensorFlow or Python: the GPU kernels against the
+// double-precision reference on the CPU test's random and awkward shapes, for every layout,
+// dtype and mode, with and without the inverse-std contract; edge cases (more blocks wanted
+// than the scratch allows, C >= 65536, infinities and NaNs, var + eps == 0, saved inverse std of
+// inf or 0, empty tensors); two runs must give the same bits; unaligned buffers take the scalar
+// path; every output and the scratch hold garbage before each run.
+//
+// The same source runs on a GPU (make gpu-test) and on the host emulator (make gpu-emu-test,
+// cc/tests/gpu_emulator). On a GPU it also checks that the kernels run on the caller's stream:
+// a non-blocking stream driven from another thread while the legacy default stream is busy.
+// FBN_GPU_TEST_LARGE=1 adds float16 tensors of more than 2^31 elements (about 13 GB of GPU
+// memory, a minute; make gpu-test-large).
+//
+// Prints PASS/FAIL counts and exits non-zero on any failure. Without a GPU (no device, or no
+// NVIDIA driver at all) it prints SKIP and exits 0, or 1 when FBN_REQUIRE_GPU=1; a driver too
+// old for this CUDA runtime, or any other CUDA error, is a failure.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/bn_grad_gpu.h"
+#include "cc/tests/gpu_device_case.h"
 #include "cc/tests/test_util.h"
 
 namespace fbn {
@@ -18,89 +33,41 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared test vocabulary
 
-bool Ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) std::printf("CUDA error in %s: %s\n", what, cudaGetErrorString(e));
-  return e == cudaSuccess;
-}
-
-// Device copies of one case's inputs and outputs. `shift` offsets the element buffers by one
-// element so they are not 16-byte aligned.
+// The outputs that miss the reference: x_backprop by more than one rounding of T, the sums by
+// more than two float units; non-finite values must match exactly (NormwiseError).
 template <typename T>
-class DeviceCase {
- public:
-  DeviceCase(const Inputs<T>& in, const Shape& shape, int shift) : shape_(shape), shift_(shift) {
-    const size_t n = static_cast<size_t>(shape.elements()) + shift;
-    const size_t c = static_cast<size_t>(shape.channels);
-    ok_ = Alloc(&dy_, n) && Alloc(&x_, n) && Alloc(&dx_, n) && Alloc(&scale_, c) &&
-          Alloc(&mean_, c) && Alloc(&var_, c) && Alloc(&dscale_, c) && Alloc(&doffset_, c) &&
-          Alloc(&scratch_, GpuScratchBytes(shape) + 1);
-    ok_ = ok_ && Copy(dy_ + shift, in.dy) && Copy(x_ + shift, in.x) && Copy(scale_, in.scale) &&
-          Copy(mean_, in.mean) && Copy(var_, in.variance);
-  }
-  ~DeviceCase() {
-    for (void* p : {static_cast<void*>(dy_), static_cast<void*>(x_), static_cast<void*>(dx_),
-                    static_cast<void*>(scale_), static_cast<void*>(mean_),
-                    static_cast<void*>(var_), static_cast<void*>(dscale_),
-                    static_cast<void*>(doffset_), static_cast<void*>(scratch_)}) {
-      cudaFree(p);
-    }
-  }
-
-  // Runs the kernels and copies the outputs back; false on any CUDA error.
-  bool Run(const Params& params, Outputs<T>* out) {
-    if (!ok_) return false;
-    Tensors<T> t;
-    t.y_backprop = dy_ + shift_;
-    t.x = x_ + shift_;
-    t.scale = scale_;
-    t.mean = mean_;
-    t.variance = var_;
-    t.x_backprop = dx_ + shift_;
-    t.scale_backprop = dscale_;
-    t.offset_backprop = doffset_;
-    const int error = BatchNormGradGpu(params, t, scratch_, nullptr);
-    return Ok(static_cast<cudaError_t>(error), "BatchNormGradGpu") &&
-           Ok(cudaDeviceSynchronize(), "kernels") && Back(&out->dx, dx_ + shift_) &&
-           Back(&out->dscale, dscale_) && Back(&out->doffset, doffset_);
-  }
-
- private:
-  template <typename V>
-  static bool Alloc(V** p, size_t count) {
-    return Ok(cudaMalloc(reinterpret_cast<void**>(p), count * sizeof(V) + 16), "cudaMalloc");
-  }
-  template <typename V>
-  static bool Copy(V* dst, const std::vector<V>& src) {
-    return Ok(cudaMemcpy(dst, src.data(), src.size() * sizeof(V), cudaMemcpyHostToDevice),
-              "copy in");
-  }
-  template <typename V>
-  static bool Back(std::vector<V>* dst, const V* src) {
-    return Ok(cudaMemcpy(dst->data(), src, dst->size() * sizeof(V), cudaMemcpyDeviceToHost),
-              "copy out");
-  }
-
-  Shape shape_;
-  int shift_;
-  bool ok_ = false;
-  T *dy_ = nullptr, *x_ = nullptr, *dx_ = nullptr;
-  float *scale_ = nullptr, *mean_ = nullptr, *var_ = nullptr, *dscale_ = nullptr,
-        *doffset_ = nullptr;
-  unsigned char* scratch_ = nullptr;
-};
+std::string Mismatches(const Outputs<T>& got, const Outputs<T>& ref) {
+  std::string bad;
+  if (!(NormwiseError(got.dx, ref.dx) <= DxTolerance<T>())) bad += " x_backprop";
+  if (!(NormwiseError(got.dscale, ref.dscale) <= kSumTolerance)) bad += " scale_backprop";
+  if (!(NormwiseError(got.doffset, ref.doffset) <= kSumTolerance)) bad += " offset_backprop";
+  return bad;
+}
 
 template <typename T>
 void CheckAgainstReference(const std::string& name, const Outputs<T>& got,
                            const Outputs<T>& ref) {
-  Check(NormwiseError(got.dx, ref.dx) <= DxTolerance<T>(), name + ": x_backprop");
-  Check(NormwiseError(got.dscale, ref.dscale) <= kSumTolerance, name + ": scale_backprop");
-  Check(NormwiseError(got.doffset, ref.doffset) <= kSumTolerance, name + ": offset_backprop");
+  const std::string bad = Mismatches(got, ref);
+  Check(bad.empty(), name + ": matches the reference" + (bad.empty() ? "" : "; off:" + bad));
+}
+
+// The comparison must reject what a stub kernel that writes only NaN would leave.
+template <typename T>
+void CheckNanStubFails() {
+  const Case k{{2, 3, 5, true}, true, 0.0f};
+  Inputs<T> in(k, 1);
+  Outputs<T> ref(k.shape), stub(k.shape);
+  BatchNormGradReference(ParamsOf(k), ref.Bind(in));
+  std::fill(stub.dx.begin(), stub.dx.end(), FromFloat<T>(NAN));
+  std::fill(stub.dscale.begin(), stub.dscale.end(), NAN);
+  std::fill(stub.doffset.begin(), stub.doffset.end(), NAN);
+  Check(Mismatches(stub, ref) == " x_backprop scale_backprop offset_backprop",
+        std::string(TypeName<T>()) + ": a NaN-writing stub fails all three outputs");
 }
 
 template <typename T>
-void RunCase(const Case& k, uint32_t seed) {
+void RunCase(const Case& k, const Inputs<T>& in) {
   const std::string name = Describe(k, TypeName<T>());
-  Inputs<T> in(k, seed);
   const Params p = ParamsOf(k);
   Outputs<T> ref(k.shape), first(k.shape), second(k.shape), unaligned(k.shape);
   BatchNormGradReference(p, ref.Bind(in));
@@ -118,7 +85,12 @@ void RunCase(const Case& k, uint32_t seed) {
 }
 
 template <typename T>
-void RunAllCases() {
+void RunCase(const Case& k, uint32_t seed) {
+  RunCase<T>(k, Inputs<T>(k, seed));
+}
+
+template <typename T>
+void RunRandomAndAwkwardShapes() {
   uint32_t seed = 1;
   for (Case k : TestCases()) {
     RunCase<T>(k, seed);
@@ -133,22 +105,227 @@ void RunAllCases() {
   }
 }
 
+// Infinities and NaNs (with payloads) in dy and x of a few channels; the other channels stay
+// finite. Non-finite outputs must match the reference's exactly (NormwiseError).
+template <typename T>
+void RunSpecialValues() {
+  const float specials[] = {INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 1e-8f};
+  for (const Shape& s : {Shape{3, 5, 40, true}, Shape{3, 5, 40, false}}) {
+    for (bool training : {true, false}) {
+      const Case k{s, training, 0.5f};
+      Inputs<T> in(k, 11);
+      for (int i = 0; i < 6; ++i) {
+        const int64_t at = (i * 7919 + 13) % s.elements();
+        (i % 2 ? in.dy : in.x)[at] = FromFloat<T>(specials[i]);
+      }
+      RunCase<T>(k, in);
+    }
+  }
+}
+
+// Per-channel statistics that make the inverse std infinite or zero: var + eps == 0 with the
+// variance given (the serial branch of Finalize), and a saved inverse std of inf or 0.
+template <typename T>
+void RunDegenerateStatistics() {
+  const Shape s{4, 3, 33, true};
+  for (bool channels_last : {true, false}) {
+    Shape shape = s;
+    shape.channels_last = channels_last;
+    const Case given{shape, true, 0.0f, false};
+    Inputs<T> in(given, 5);
+    in.variance[1] = -ParamsOf(given).epsilon;  // var + eps == 0 exactly, in double
+    RunCase<T>(given, in);
+
+    const Case saved{shape, true, 0.0f, true};
+    Inputs<T> in_saved(saved, 6);
+    in_saved.variance[0] = INFINITY;
+    in_saved.variance[2] = 0.0f;
+    RunCase<T>(saved, in_saved);
+  }
+}
+
+// C >= 65536: a channels-first grid wider than 65535 blocks, Finalize's grid, wide rows.
+template <typename T>
+void RunManyChannels() {
+  for (const Shape& s : {Shape{2, 65537, 1, true}, Shape{1, 66000, 3, false},
+                         Shape{3, 70000, 2, true}}) {
+    for (bool training : {true, false}) RunCase<T>(Case{s, training, 0.0f}, 3);
+  }
+}
+
+// More row blocks wanted than the scratch holds (the Plan's clamp), in both layouts: a block
+// then covers more than its usual share, and the partial sums still cover every element once.
+void RunRowBlockClamp() {
+  for (const Shape& s : {Shape{1, 1, (int64_t{1} << 24) + 4096, false},
+                         Shape{1, 8, (int64_t{1} << 21) + 64, true}}) {
+    for (bool training : {true, false}) RunCase<float>(Case{s, training, 0.0f}, 9);
+  }
+}
+
+template <typename T>
+void RunAll() {
+  CheckNanStubFails<T>();
+  RunRandomAndAwkwardShapes<T>();
+  RunSpecialValues<T>();
+  RunDegenerateStatistics<T>();
+  RunManyChannels<T>();
+}
+
+#ifndef FBN_GPU_EMULATOR
+// Spins until *release is set, or for at most max_cycles.
+__global__ void SpinUntilReleased(const volatile int* release, long long max_cycles) {
+  const long long start = clock64();
+  while (*release == 0 && clock64() - start < max_cycles) {
+  }
+}
+
+// TensorFlow hands the kernels its own CUstream, created non-blocking on the primary context,
+// and calls them from its own threads. Here: such a stream, driven from a second thread, while
+// a kernel holds the legacy default stream. If the core used the default stream, or waited on
+// it, the call could not finish while that kernel spins.
+void RunOnNonBlockingStream() {
+  const Case k{{8, 64, 1000, true}, true, 0.0f};
+  Inputs<float> in(k, 21);
+  Outputs<float> ref(k.shape), got(k.shape);
+  BatchNormGradReference(ParamsOf(k), ref.Bind(in));
+  DeviceCase<float> device(in, k.shape, 0);
+  cudaStream_t stream = nullptr;
+  int* release = nullptr;
+  int* release_on_device = nullptr;
+  bool ok = device.ok() && CudaOk(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                                  "cudaStreamCreateWithFlags") &&
+            CudaOk(cudaHostAlloc(reinterpret_cast<void**>(&release), sizeof(int),
+                                 cudaHostAllocMapped),
+                   "cudaHostAlloc") &&
+            CudaOk(cudaHostGetDevicePointer(reinterpret_cast<void**>(&release_on_device),
+                                            release, 0),
+                   "cudaHostGetDevicePointer");
+  if (!ok) {
+    Check(false, "non-blocking stream: set-up");
+    return;
+  }
+  *release = 0;
+  constexpr long long kSpinCycles = 20'000'000'000LL;  // seconds at any clock: a safety net
+  SpinUntilReleased<<<1, 1, 0, cudaStreamLegacy>>>(release_on_device, kSpinCycles);
+  ok = CudaOk(cudaGetLastError(), "spin kernel");
+  bool finished_while_default_stream_busy = false;
+  std::thread caller([&] {
+    ok = ok && CudaOk(cudaSetDevice(0), "cudaSetDevice") &&
+         device.Launch(ParamsOf(k), stream) && CudaOk(cudaStreamSynchronize(stream), "stream");
+    finished_while_default_stream_busy =
+        cudaStreamQuery(cudaStreamLegacy) == cudaErrorNotReady;
+  });
+  caller.join();
+  *release = 1;
+  ok = CudaOk(cudaDeviceSynchronize(), "release") && ok && device.Fetch(&got);
+  Check(ok, "non-blocking stream: runs");
+  Check(finished_while_default_stream_busy,
+        "non-blocking stream: finishes while the legacy default stream is busy");
+  if (ok) CheckAgainstReference("non-blocking stream", got, ref);
+  cudaStreamDestroy(stream);
+  cudaFreeHost(release);
+}
+
+// Inputs for the large test, cheap to make: multiples of 1/512 in [-4, 4), exact in float16.
+Half LargeValue(uint64_t i, uint64_t salt) {
+  const uint64_t h = (i + salt) * 0x9E3779B97F4A7C15ull;
+  return FromFloat<Half>((static_cast<float>(h >> 52) - 2048.0f) / 512.0f);
+}
+
+// float16 tensors of more than 2^31 elements: 64-bit offsets in every kernel, the row-block
+// clamp, vectorized (channels last) and channels-first paths.
+void RunLargeTensors() {
+  const Shape shapes[] = {{1, 8, (int64_t{1} << 28) + 8, true},
+                          {1, 2, (int64_t{1} << 30) + 16, false}};
+  for (const Shape& s : shapes) {
+    const Case k{s, true, 0.0f};
+    const std::string name = Describe(k, "half") + " (large)";
+    const size_t n = static_cast<size_t>(s.elements());
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    if (free_bytes < 3 * n * sizeof(Half) + (size_t{1} << 30)) {
+      Check(false, name + ": not enough GPU memory");
+      continue;
+    }
+    Inputs<Half> per_channel(Case{{1, s.channels, 1, true}, true, 0.0f}, 4);
+    std::vector<Half> dy(n), x(n);
+    std::vector<std::thread> fillers;
+    const size_t parts = std::max(1u, std::thread::hardware_concurrency());
+    for (size_t part = 0; part < parts; ++part) {
+      fillers.emplace_back([&, part] {
+        for (size_t i = n * part / parts; i < n * (part + 1) / parts; ++i) {
+          dy[i] = LargeValue(i, 1);
+          x[i] = LargeValue(i, 2);
+        }
+      });
+    }
+    for (std::thread& t : fillers) t.join();
+    Outputs<Half> got(s), ref(s);
+    {
+      DeviceCase<Half> device(dy.data(), x.data(), per_channel, s, 0);
+      Check(device.Run(ParamsOf(k), &got), name + ": runs");
+    }
+    Tensors<Half> t;
+    t.y_backprop = dy.data();
+    t.x = x.data();
+    t.scale = per_channel.scale.data();
+    t.mean = per_channel.mean.data();
+    t.variance = per_channel.variance.data();
+    t.x_backprop = ref.dx.data();
+    t.scale_backprop = ref.dscale.data();
+    t.offset_backprop = ref.doffset.data();
+    BatchNormGradReference(ParamsOf(k), t);
+    CheckAgainstReference(name, got, ref);
+    std::printf("%s: %zu elements checked\n", name.c_str(), n);
+  }
+}
+#endif  // FBN_GPU_EMULATOR
+
+std::string CudaVersion(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
 }  // namespace
 }  // namespace fbn
 
 int main() {
+  const bool require_gpu = std::getenv("FBN_REQUIRE_GPU") != nullptr &&
+                           std::string(std::getenv("FBN_REQUIRE_GPU")) == "1";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);  // 0: no NVIDIA driver installed
+  cudaRuntimeGetVersion(&runtime);
   int devices = 0;
   const cudaError_t error = cudaGetDeviceCount(&devices);
-  if (error != cudaSuccess || devices == 0) {
-    std::printf("gpu_core_test: SKIP: no CUDA GPU visible (%s)\n",
-                error != cudaSuccess ? cudaGetErrorString(error) : "0 devices");
-    return 0;
+  const bool no_gpu = error == cudaErrorNoDevice || (error == cudaSuccess && devices == 0) ||
+                      (error == cudaErrorInsufficientDriver && driver == 0);
+  if (error != cudaSuccess && !no_gpu) {
+    std::printf("gpu_core_test: FAIL: %s (driver supports CUDA %s, this runtime is CUDA %s)\n",
+                cudaGetErrorString(error), fbn::CudaVersion(driver).c_str(),
+                fbn::CudaVersion(runtime).c_str());
+    return 1;
+  }
+  if (no_gpu) {
+    std::printf("gpu_core_test: SKIP: no CUDA GPU (%s)%s\n",
+                driver == 0 ? "no NVIDIA driver installed" : cudaGetErrorString(error),
+                require_gpu ? "; FBN_REQUIRE_GPU=1 makes that a failure" : "");
+    return require_gpu ? 1 : 0;
   }
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("gpu_core_test on %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
-  fbn::RunAllCases<float>();
-  fbn::RunAllCases<fbn::Half>();
-  fbn::RunAllCases<fbn::BFloat16>();
+  std::printf("gpu_core_test on %s (sm_%d%d), driver for CUDA %s, runtime CUDA %s\n", prop.name,
+              prop.major, prop.minor, fbn::CudaVersion(driver).c_str(),
+              fbn::CudaVersion(runtime).c_str());
+  fbn::testing::CheckErrorMeasureCatchesSpecials();
+  fbn::RunAll<float>();
+  fbn::RunAll<fbn::Half>();
+  fbn::RunAll<fbn::BFloat16>();
+  fbn::RunRowBlockClamp();
+#ifdef FBN_GPU_EMULATOR
+  std::printf("gpu_core_test: emulated; the stream and large-tensor checks need a GPU\n");
+#else
+  fbn::RunOnNonBlockingStream();
+  const char* large = std::getenv("FBN_GPU_TEST_LARGE");
+  if (large != nullptr && std::string(large) == "1") fbn::RunLargeTensors();
+#endif
   return fbn::testing::Summary("gpu_core_test");
 }

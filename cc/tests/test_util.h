@@ -140,7 +140,10 @@ struct Outputs {
   }
 };
 
-// Largest |got - want| relative to the largest |want| (normwise), over one output.
+// Largest |got - want| relative to the largest |want| (normwise), over the finite elements of
+// one output. Non-finite elements must match exactly: a NaN where the reference has none (or
+// none where it has one), or an infinity that differs, gives +infinity, which fails every
+// tolerance. (std::max ignores a NaN operand, so an all-NaN output would otherwise measure 0.)
 template <typename V>
 double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
   double err = 0.0;
@@ -148,10 +151,32 @@ double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
   for (size_t i = 0; i < got.size(); ++i) {
     const double g = ToFloat(got[i]);
     const double w = ToFloat(want[i]);
+    if (std::isnan(g) || std::isnan(w)) {
+      if (std::isnan(g) != std::isnan(w)) return INFINITY;
+      continue;
+    }
+    if (std::isinf(g) || std::isinf(w)) {
+      if (g != w) return INFINITY;
+      continue;
+    }
     err = std::max(err, std::fabs(g - w));
     mag = std::max(mag, std::fabs(w));
   }
   return mag > 0.0 ? err / mag : err;
+}
+
+// The error measure itself: an output that is all NaN, or NaN where the reference is finite,
+// or finite where it is NaN, or off by an infinity, must fail any tolerance.
+inline void CheckErrorMeasureCatchesSpecials() {
+  const std::vector<float> want = {1.0f, -2.0f, NAN, INFINITY};
+  const std::vector<float> all_nan(want.size(), NAN);
+  const std::vector<float> nan_lost = {1.0f, -2.0f, 0.0f, INFINITY};
+  const std::vector<float> inf_flipped = {1.0f, -2.0f, NAN, -INFINITY};
+  Check(!(NormwiseError(all_nan, want) <= 1.0), "error measure: an all-NaN output fails");
+  Check(!(NormwiseError(want, all_nan) <= 1.0), "error measure: a finite output vs NaN fails");
+  Check(!(NormwiseError(nan_lost, want) <= 1.0), "error measure: a lost NaN fails");
+  Check(!(NormwiseError(inf_flipped, want) <= 1.0), "error measure: a flipped infinity fails");
+  Check(NormwiseError(want, want) == 0.0, "error measure: equal outputs with specials measure 0");
 }
 
 // Awkward and ordinary shapes in both layouts and modes (C = 1, 3, 7, 129, 2048; S = 1;

@@ -1,4 +1,4 @@
-"""Benchmark harness for the batch-norm gradient ops (issue 5).
+"""Benchmark harness for the batch-norm gradient ops.
 
 Times the shim against TensorFlow (oneDNN on and off), PyTorch and a streaming-limit kernel, with
 the method of the performance research (docs PERF_NOTES section 0): one worker process per

@@ -119,7 +119,7 @@ def _variants(shape: tuple[int, ...], dtypes: tuple[str, ...]) -> list[Case]:
 
 
 def all_cases() -> list[Case]:
-    """The full case list of issue 5, float32 first, then the 2-byte dtypes."""
+    """The full case list, float32 first, then the 2-byte dtypes."""
     cases: list[Case] = []
     for shape in SHAPES_4D + SHAPES_5D:
         cases += _variants(shape, ("float32",))

@@ -230,8 +230,8 @@ def render(rows: list[dict], meta: dict, markdown: bool) -> str:
     out += ["## Contention" if markdown else "contention:", ""]
     out += [f"- {n}" if markdown else f"  {n}" for n in contention_lines(rows)] + [""]
     lines, totals = target_lines(rows)
-    out += ["## Targets (issue 5; tensors >= 1 MB, plus the tiny shape)" if markdown
-            else "targets (issue 5; tensors >= 1 MB, plus the tiny shape):", ""]
+    out += ["## Targets (tensors >= 1 MB, plus the tiny shape)" if markdown
+            else "targets (tensors >= 1 MB, plus the tiny shape):", ""]
     out += [f"- {n}" if markdown else f"  {n}" for n in lines]
     out += ["", (f"targets: {totals['PASS']} PASS, {totals['MISS']} MISS, "
                  f"{totals['n/a']} n/a (of {sum(totals.values())})"), ""]

@@ -1,4 +1,4 @@
-"""The performance targets of issue 5, evaluated per (case, threads) row.
+"""The performance targets, evaluated per (case, threads) row.
 
 Ratios are another implementation's median over the shim's (higher is better for the shim);
 %stream is the streaming kernel's median over the shim's, in percent. The ratio targets apply to

@@ -1,0 +1,126 @@
+// Device copies of one test case's inputs and outputs for the GPU core test (real GPU or the
+// host emulator): allocation, garbage before every run, one call of the core, copies back.
+#ifndef TF_FBN_OPS_CC_TESTS_GPU_DEVICE_CASE_H_
+#define TF_FBN_OPS_CC_TESTS_GPU_DEVICE_CASE_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "cc/core/bn_grad.h"
+#include "cc/core/bn_grad_gpu.h"
+#include "cc/tests/test_util.h"
+
+namespace fbn {
+namespace testing {
+
+inline bool CudaOk(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) std::printf("CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+  return e == cudaSuccess;
+}
+
+// Every output and the scratch are filled with this byte before each run, so an element the
+// kernels fail to write, or a partial read before it is written, reads as NaN.
+constexpr int kGarbageByte = 0xff;
+
+// `shift` offsets the element buffers by one element so they are not 16-byte aligned (the
+// kernels' scalar path).
+template <typename T>
+class DeviceCase {
+ public:
+  DeviceCase(const Inputs<T>& in, const Shape& shape, int shift)
+      : DeviceCase(in.dy.data(), in.x.data(), in, shape, shift) {}
+
+  // Element inputs from other host buffers (the large-tensor test builds its own).
+  DeviceCase(const T* dy, const T* x, const Inputs<T>& per_channel, const Shape& shape,
+             int shift)
+      : n_(static_cast<size_t>(shape.elements())),
+        c_(static_cast<size_t>(shape.channels)),
+        scratch_bytes_(GpuScratchBytes(shape)),
+        shift_(shift) {
+    ok_ = Alloc(&dy_, n_ + shift) && Alloc(&x_, n_ + shift) && Alloc(&dx_, n_ + shift) &&
+          Alloc(&scale_, c_) && Alloc(&mean_, c_) && Alloc(&var_, c_) && Alloc(&dscale_, c_) &&
+          Alloc(&doffset_, c_) && Alloc(&scratch_, scratch_bytes_);
+    ok_ = ok_ && Copy(dy_ + shift, dy, n_) && Copy(x_ + shift, x, n_) &&
+          Copy(scale_, per_channel.scale.data(), c_) &&
+          Copy(mean_, per_channel.mean.data(), c_) &&
+          Copy(var_, per_channel.variance.data(), c_);
+  }
+  DeviceCase(const DeviceCase&) = delete;
+  DeviceCase& operator=(const DeviceCase&) = delete;
+  ~DeviceCase() {
+    for (void* p : {static_cast<void*>(dy_), static_cast<void*>(x_), static_cast<void*>(dx_),
+                    static_cast<void*>(scale_), static_cast<void*>(mean_),
+                    static_cast<void*>(var_), static_cast<void*>(dscale_),
+                    static_cast<void*>(doffset_), static_cast<void*>(scratch_)}) {
+      cudaFree(p);
+    }
+  }
+
+  bool ok() const { return ok_; }
+
+  // Garbage into every output and the scratch, then the core, all on `stream` alone. False on
+  // any CUDA error (printed). Does not wait for the kernels.
+  bool Launch(const Params& params, cudaStream_t stream) {
+    if (!ok_) return false;
+    if (!(Garbage(dx_, n_ + shift_, stream) && Garbage(dscale_, c_, stream) &&
+          Garbage(doffset_, c_, stream) && Garbage(scratch_, scratch_bytes_, stream))) {
+      return false;
+    }
+    Tensors<T> t;
+    t.y_backprop = dy_ + shift_;
+    t.x = x_ + shift_;
+    t.scale = scale_;
+    t.mean = mean_;
+    t.variance = var_;
+    t.x_backprop = dx_ + shift_;
+    t.scale_backprop = dscale_;
+    t.offset_backprop = doffset_;
+    const int error = BatchNormGradGpu(params, t, scratch_, stream);
+    return CudaOk(static_cast<cudaError_t>(error), "BatchNormGradGpu");
+  }
+
+  // Copies the outputs back (after the kernels have finished).
+  bool Fetch(Outputs<T>* out) const {
+    return Back(out->dx.data(), dx_ + shift_, n_) && Back(out->dscale.data(), dscale_, c_) &&
+           Back(out->doffset.data(), doffset_, c_);
+  }
+
+  // Launch on the legacy default stream, wait, fetch.
+  bool Run(const Params& params, Outputs<T>* out) {
+    return Launch(params, nullptr) && CudaOk(cudaDeviceSynchronize(), "kernels") && Fetch(out);
+  }
+
+ private:
+  template <typename V>
+  static bool Alloc(V** p, size_t count) {
+    // 16 spare bytes: the shifted buffers still hold `count` elements past their start.
+    return CudaOk(cudaMalloc(reinterpret_cast<void**>(p), count * sizeof(V) + 16), "cudaMalloc");
+  }
+  template <typename V>
+  static bool Copy(V* dst, const V* src, size_t count) {
+    return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyHostToDevice), "copy in");
+  }
+  template <typename V>
+  static bool Back(V* dst, const V* src, size_t count) {
+    return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyDeviceToHost), "copy out");
+  }
+  template <typename V>
+  static bool Garbage(V* p, size_t count, cudaStream_t stream) {
+    return CudaOk(cudaMemsetAsync(p, kGarbageByte, count * sizeof(V), stream), "garbage fill");
+  }
+
+  size_t n_, c_, scratch_bytes_;
+  int shift_;
+  bool ok_ = false;
+  T *dy_ = nullptr, *x_ = nullptr, *dx_ = nullptr;
+  float *scale_ = nullptr, *mean_ = nullptr, *var_ = nullptr, *dscale_ = nullptr,
+        *doffset_ = nullptr;
+  unsigned char* scratch_ = nullptr;
+};
+
+}  // namespace testing
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_TESTS_GPU_DEVICE_CASE_H_
