@@ -64,7 +64,7 @@ core-test: $(CORE_TEST)
 
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip "setuptools>=64" wheel
+	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest hypothesis
 	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
 	touch $@

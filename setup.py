@@ -1,6 +1,13 @@
 """Build of tf-fbn-ops: compiles cc/ into tf_fbn_ops/_fbn_ops.so against the TensorFlow that is
 installed in the building interpreter. Install with ``pip install --no-build-isolation .`` (or
 ``-e .``): with build isolation pip would build against a different TensorFlow, or none.
+Static package metadata lives in pyproject.toml; the version is set here, with the TensorFlow
+the library is built for as its local label (0.2.0+tf2.21).
+
+Objects go to a folder per build key: a hash of everything that changes them (the TensorFlow
+version and its compile flags, the compiler, our flags, CUDA and its architectures, sanitizer
+mode). Switching TensorFlow and rebuilding therefore never reuses objects compiled for another
+one, and the library is relinked whenever the key of the objects it holds differs.
 
 Compiler flags come from ``tf.sysconfig`` only; nothing is machine-specific (no -march=native),
 so the library runs on any x86-64. When nvcc is found (``CUDA_HOME``, then ``PATH``) the CUDA
@@ -15,10 +22,13 @@ tensorflow-cpu and into CUDA TensorFlow. Environment knobs:
 
 from __future__ import annotations
 
+import hashlib
+import importlib.metadata
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,6 +38,11 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 PACKAGE = "tf_fbn_ops"
 LIBRARY = "_fbn_ops.so"
+VERSION = "0.2.0"
+ISOLATED_BUILD_MESSAGE = (
+    "tf-fbn-ops must be compiled against the TensorFlow that will load it, but TensorFlow cannot "
+    "be imported here (pip's build isolation hides it). Install TensorFlow first, then build "
+    "with: pip install --no-build-isolation .")
 
 # The core has no TensorFlow dependency and compiles without TensorFlow's flags.
 CORE_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "core").glob("*.cc"))
@@ -96,9 +111,46 @@ def static_cudart(cuda: Path) -> Path:
 
 def tensorflow_build_flags() -> tuple[list[str], list[str], str]:
     """Compile flags, link flags and version of the TensorFlow in this interpreter."""
-    import tensorflow as tf  # noqa: PLC0415 - only needed when building
-
+    try:
+        import tensorflow as tf  # noqa: PLC0415 - only needed when building
+    except ImportError:
+        raise SystemExit(ISOLATED_BUILD_MESSAGE) from None
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tf.__version__
+
+
+def installed_tensorflow_version() -> str | None:
+    """The installed TensorFlow's version from its package metadata (no import), or None."""
+    for dist in importlib.metadata.packages_distributions().get("tensorflow", []):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def package_version() -> str:
+    """VERSION, labelled with the TensorFlow minor the library is built for when one is there."""
+    tf_version = installed_tensorflow_version()
+    if tf_version is None:
+        return VERSION
+    major_minor = ".".join(tf_version.split(".")[:2])
+    return f"{VERSION}+tf{major_minor}"
+
+
+def tool_version(command: list[str]) -> str:
+    """First line of `command --version`, to tell compilers apart in the build key."""
+    try:
+        result = subprocess.run([*command, "--version"], capture_output=True, text=True)
+    except OSError as e:
+        return f"unavailable: {e}"
+    lines = (result.stdout or result.stderr).strip().splitlines()
+    return lines[-1] if "nvcc" in command[0] else (lines[0] if lines else "")
+
+
+def build_key(parts: dict[str, object]) -> str:
+    """A short hash of everything that changes the compiled objects."""
+    text = "\n".join(f"{name}={parts[name]!r}" for name in sorted(parts))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class BuildTensorFlowOps(build_ext):
@@ -114,8 +166,15 @@ class BuildTensorFlowOps(build_ext):
         cxx = shlex.split(os.environ.get("CXX", "g++"))
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
-        flavour = ("-cuda" if cuda else "") + ("-sanitize" if sanitize_flags() else "")
-        obj_dir = Path(self.build_temp) / f"objects{flavour}"
+        key = build_key({
+            "tensorflow": tf_version, "tf_cflags": tf_cflags, "tf_lflags": tf_lflags,
+            "cxx": cxx, "cxx_version": tool_version(cxx), "flags": COMMON_FLAGS + QUIET_TF_HEADERS,
+            "sanitize": sanitize_flags(core=True),
+            "cuda": str(cuda) if cuda else None,
+            "nvcc_version": tool_version([str(cuda / "bin" / "nvcc")]) if cuda else None,
+            "cuda_archs": nvcc_arch_flags() if cuda else None,
+        })
+        obj_dir = Path(self.build_temp) / f"objects-{key}"
         obj_dir.mkdir(parents=True, exist_ok=True)
         headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
@@ -141,13 +200,15 @@ class BuildTensorFlowOps(build_ext):
         # framework library exports cudart entry points that would otherwise satisfy ours and
         # leave the library unloadable in tensorflow-cpu.
         cudart = [str(static_cudart(cuda)), "-ldl", "-lrt", "-lpthread"] if cuda else []
-        if self.force or _stale(out_path, objects):
+        info_path = Path(_build_info_path(str(out_path)))
+        if self.force or _stale(out_path, objects) or _recorded_key(info_path) != key:
             self._run([*cxx, "-shared", *sanitize_flags(core=True), *map(str, objects), "-o",
                        str(out_path), *cudart, *tf_lflags, "-Wl,--no-undefined", "-Wl,-O1"])
-        Path(_build_info_path(str(out_path))).write_text(
+        info_path.write_text(
             '"""Written by setup.py at build time."""\n\n'
             f"TF_VERSION = {tf_version!r}\n"
             f"CUDA = {cuda is not None}\n"
+            f"BUILD_KEY = {key!r}\n"
         )
 
     # The build-info file travels with the library wherever setuptools puts it: in place for
@@ -180,6 +241,16 @@ def _build_info_path(library: str) -> str:
     return os.path.join(os.path.dirname(library), "_build_info.py")
 
 
+def _recorded_key(info_path: Path) -> str | None:
+    """The build key recorded next to a linked library, or None."""
+    if not info_path.exists():
+        return None
+    for line in info_path.read_text().splitlines():
+        if line.startswith("BUILD_KEY = "):
+            return line.split("=", 1)[1].strip().strip("'\"")
+    return None
+
+
 def _stale(target: Path, inputs: list[Path]) -> bool:
     """True when target is missing or older than any of its inputs."""
     if not target.exists():
@@ -188,21 +259,29 @@ def _stale(target: Path, inputs: list[Path]) -> bool:
     return any(p.stat().st_mtime > built for p in inputs)
 
 
-setup(
-    name="tf-fbn-ops",
-    version="0.1.0",
-    description="Fast, exact, deterministic batch-norm gradient ops for TensorFlow",
-    long_description=(ROOT / "README.md").read_text(encoding="utf-8"),
-    long_description_content_type="text/markdown",
-    python_requires=">=3.9",
-    # The benchmark harness (python -m tf_fbn_ops bench) ships too, with its C++ streaming kernel.
-    packages=[PACKAGE, f"{PACKAGE}.bench"],
-    package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"]},
-    # TensorFlow is deliberately not a requirement: pip must never swap the user's TensorFlow
-    # (tensorflow vs tensorflow-cpu, or another version) for the one the library was built for.
-    install_requires=["numpy"],
-    ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
-                           sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES)],
-    cmdclass={"build_ext": BuildTensorFlowOps},
-    zip_safe=False,
-)
+# Commands that lead to compiling; the metadata step of a wheel build (dist_info) comes first,
+# so an isolated build stops there with one message instead of a build log.
+BUILDING_COMMANDS = ("dist_info", "bdist_wheel", "editable_wheel", "build_ext", "develop", "install")
+
+
+def require_tensorflow_for(argv: list[str]) -> None:
+    """Exits with ISOLATED_BUILD_MESSAGE when argv builds the library and TensorFlow is absent."""
+    import importlib.util  # noqa: PLC0415
+
+    if any(c in argv for c in BUILDING_COMMANDS) and importlib.util.find_spec("tensorflow") is None:
+        raise SystemExit(ISOLATED_BUILD_MESSAGE)
+
+
+if __name__ == "__main__":  # setuptools runs this file as a script; tests import it
+    require_tensorflow_for(sys.argv[1:])
+    setup(
+        version=package_version(),
+        # The benchmark harness (python -m tf_fbn_ops bench) ships too, with its C++ streaming
+        # kernel.
+        packages=[PACKAGE, f"{PACKAGE}.bench"],
+        package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"]},
+        ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
+                               sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES)],
+        cmdclass={"build_ext": BuildTensorFlowOps},
+        zip_safe=False,
+    )

@@ -105,7 +105,7 @@ def test_import_is_lazy() -> None:
 
 
 def test_version_mismatch_names_both_versions() -> None:
-    # The automatic load when TensorFlow is imported fails quietly; the first use reports it.
+    # The automatic load when TensorFlow is imported warns; every use raises.
     result = _run_python("""
         import tf_fbn_ops._build_info as info
         info.TF_VERSION = "2.12.0"
@@ -119,3 +119,51 @@ def test_version_mismatch_names_both_versions() -> None:
     assert "ERROR:" in result.stdout, result.stderr
     message = result.stdout
     assert "2.12.0" in message and tf.__version__ in message and "Rebuild" in message
+
+
+def test_version_mismatch_warns_at_import_in_either_order() -> None:
+    for imports in ("import tensorflow as tf\nimport tf_fbn_ops",
+                    "import tf_fbn_ops\nimport tensorflow as tf"):
+        result = _run_python(f"""
+            import tf_fbn_ops._build_info as info
+            info.TF_VERSION = "2.12.0"
+            {imports.replace(chr(10), chr(10) + " " * 12)}
+            print("imported")
+        """)
+        assert "imported" in result.stdout, result.stderr
+        assert "LibraryVersionWarning" in result.stderr, result.stderr
+        assert "2.12.0" in result.stderr and tf.__version__ in result.stderr
+        assert "pip install --no-build-isolation --force-reinstall ." in result.stderr
+
+
+def test_library_path_is_checked_once_tensorflow_is_imported() -> None:
+    """The README's tf.load_op_library(tf_fbn_ops.library_path()) gets our error, not an
+    undefined symbol, when the library was built for another TensorFlow."""
+    result = _run_python("""
+        import warnings
+        warnings.simplefilter("ignore")
+        import tf_fbn_ops, tf_fbn_ops._build_info as info
+        print("before TF:", tf_fbn_ops.library_path().endswith("_fbn_ops.so"))
+        info.TF_VERSION = "2.12.0"
+        import tensorflow as tf
+        try:
+            tf.load_op_library(tf_fbn_ops.library_path())
+        except tf_fbn_ops.LibraryVersionError as e:
+            print("ERROR:", e)
+    """)
+    assert "before TF: True" in result.stdout, result.stderr
+    assert "ERROR:" in result.stdout and "2.12.0" in result.stdout, result.stderr
+
+
+def test_matching_library_loads_without_warning() -> None:
+    result = _run_python("""
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            import tensorflow as tf
+            import tf_fbn_ops
+            tf.load_op_library(tf_fbn_ops.library_path())
+        ours = [w for w in caught if issubclass(w.category, tf_fbn_ops.LibraryVersionWarning)]
+        print("loaded, warnings of ours:", len(ours))
+    """)
+    assert "loaded, warnings of ours: 0" in result.stdout, result.stderr

@@ -125,3 +125,28 @@ def test_onednn_targets_apply_only_where_onednn_runs() -> None:
     labels_4d = [c["target"] for c in evaluate_row(_case((32, 56, 56, 64), "NCHW"), row)]
     assert "onednn/shim>=3" not in labels_5d and "eigen/shim>=10" in labels_5d
     assert "onednn/shim>=3" in labels_4d
+
+
+def test_impossible_stream_ratios_are_suspect_not_passes() -> None:
+    """A row whose shim time implies several times the streaming kernel's speed was disturbed
+    (a contended run once reported 1561 %): flagged, not counted as a PASS."""
+    from tf_fbn_ops.bench.targets import IMPOSSIBLE_PCT_STREAM, count, evaluate_row
+
+    case = _case((32, 56, 56, 64))
+    verdicts = {}
+    for pct in (95.0, 244.0, 1561.0):
+        cells = evaluate_row(case, {"ratios": {"tf_eigen": 5.0}, "pct_stream": pct})
+        verdicts[pct] = next(c["verdict"] for c in cells if c["target"].startswith("%stream"))
+    assert verdicts == {95.0: "PASS", 244.0: "PASS", 1561.0: "SUSPECT"}
+    assert 244.0 < IMPOSSIBLE_PCT_STREAM < 1561.0
+    assert count([{"verdict": "SUSPECT"}, {"verdict": "PASS"}]) == {
+        "PASS": 1, "MISS": 0, "SUSPECT": 1, "n/a": 0}
+
+
+def test_report_words_are_for_users() -> None:
+    from tf_fbn_ops.bench.report import header_lines
+
+    meta = {"cpu": "x", "cores": 2, "versions": {}, "options": {"rounds": 1, "seed": 0},
+            "date": "today", "git_commit": None}
+    text = "\n".join(header_lines(meta))
+    assert "commit None" not in text and "unknown (not run from a git checkout)" in text

@@ -7,6 +7,7 @@ as soon as both are imported (in either order), or on first use, or by ``load_li
 
 from tf_fbn_ops._loader import (
     LibraryVersionError,
+    LibraryVersionWarning,
     library_path,
     load_library,
     load_when_tensorflow_is_imported,
@@ -31,6 +32,7 @@ _LAZY = {
 
 __all__ = [
     "LibraryVersionError",
+    "LibraryVersionWarning",
     "fused_batch_norm_grad",
     "fused_batch_norm_grad_v2",
     "fused_batch_norm_grad_v3",
@@ -46,6 +48,6 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'tf_fbn_ops' has no attribute {name!r}")
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 load_when_tensorflow_is_imported()

@@ -3,7 +3,9 @@
 `import tf_fbn_ops` alone imports nothing heavy. The library is loaded as soon as both
 tf_fbn_ops and TensorFlow are imported, whichever comes second, so that graphs and SavedModels
 holding the shim's ops can be loaded right after the two imports; or, at the latest, on first
-use. Loading also registers the ops' gradients and vectorization rules.
+use. Loading also registers the ops' gradients and vectorization rules. A library built for
+another TensorFlow is reported then, as a LibraryVersionWarning naming both versions, and raises
+LibraryVersionError on use.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import importlib.util
 import os
 import sys
 import threading
+import warnings
 from types import ModuleType
 
 _LIBRARY_NAME = "_fbn_ops.so"
@@ -20,18 +23,42 @@ _lock = threading.RLock()
 _module: ModuleType | None = None
 
 
+REBUILD_COMMAND = "pip install --no-build-isolation --force-reinstall ."
+
+
 class LibraryVersionError(ImportError):
     """The op library was built against a different TensorFlow than the one installed."""
+
+
+class LibraryVersionWarning(UserWarning):
+    """Issued at import when the op library was built against another TensorFlow."""
 
 
 def library_path() -> str:
     """Absolute path of the op library, for ``tf.load_op_library``: the one built next to this
     file, or the file named by the TF_FBN_OPS_LIBRARY environment variable (a library built
-    elsewhere, for example by Bazel)."""
+    elsewhere, for example by Bazel).
+
+    Raises:
+      LibraryVersionError: TensorFlow is imported and is not the version the library next to
+        this file was built for (loading it would fail with an undefined symbol, or worse).
+    """
     override = os.environ.get("TF_FBN_OPS_LIBRARY")
     if override:
         return os.path.abspath(override)
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY_NAME)
+    tf = sys.modules.get("tensorflow")
+    installed = getattr(tf, "__version__", None)
+    built = built_tensorflow_version()
+    if installed is not None and built is not None and built != installed:
+        raise LibraryVersionError(_mismatch_message(path, built, installed))
+    return path
+
+
+def _mismatch_message(path: str, built: str, installed: str) -> str:
+    return (f"tf_fbn_ops: the op library {path} was built against TensorFlow {built}, but "
+            f"TensorFlow {installed} is installed; the C++ ABI differs between versions. "
+            f"Rebuild it in the project folder with `{REBUILD_COMMAND}` (or `make lib`).")
 
 
 def built_tensorflow_version() -> str | None:
@@ -65,32 +92,31 @@ def load_library() -> ModuleType:
 def _load() -> ModuleType:
     import tensorflow as tf  # noqa: PLC0415 - keep `import tf_fbn_ops` cheap
 
-    path = library_path()
     built = built_tensorflow_version()
     if os.environ.get("TF_FBN_OPS_LIBRARY"):
         built = tf.__version__  # chosen explicitly; a mismatch still fails at load, below
+    path = library_path()  # raises LibraryVersionError on a version mismatch
     if not os.path.exists(path) or built is None:
         raise ImportError(
             f"tf_fbn_ops: the op library {path} is not built. Build it against your TensorFlow "
             "with `pip install --no-build-isolation .` (or `-e .`) in the project folder.")
-    rebuild = ("Rebuild it against the installed TensorFlow with "
-               "`pip install --no-build-isolation --force-reinstall .` in the project folder.")
-    if built != tf.__version__:
-        raise LibraryVersionError(
-            f"tf_fbn_ops was built against TensorFlow {built}, but TensorFlow {tf.__version__} "
-            f"is installed; the C++ ABI differs between versions. {rebuild}")
     try:
         return tf.load_op_library(path)
     except tf.errors.NotFoundError as e:  # typically an undefined symbol from another TF build
         raise LibraryVersionError(
             f"tf_fbn_ops could not load {path} (built against TensorFlow {built}) into "
-            f"TensorFlow {tf.__version__}: {e.message}. {rebuild}") from e
+            f"TensorFlow {tf.__version__}: {e.message}. Rebuild it in the project folder with "
+            f"`{REBUILD_COMMAND}`.") from e
 
 
-def _load_quietly() -> None:
-    """Loads now if possible; a failure is kept for the first explicit use to report."""
+def _load_at_import() -> None:
+    """Loads now if possible. A library that is not built stays quiet until first use; one built
+    for another TensorFlow (or that TensorFlow refuses) is reported now, as a warning, and again
+    as LibraryVersionError on use."""
     try:
         load_library()
+    except LibraryVersionError as e:
+        warnings.warn(str(e), LibraryVersionWarning, stacklevel=3)
     except ImportError:
         pass
 
@@ -109,7 +135,7 @@ class _LoadAfterTensorFlowImport(importlib.abc.MetaPathFinder):
 
         def exec_module(module: ModuleType) -> None:
             execute(module)
-            _load_quietly()
+            _load_at_import()
 
         spec.loader.exec_module = exec_module
         return spec
@@ -118,6 +144,6 @@ class _LoadAfterTensorFlowImport(importlib.abc.MetaPathFinder):
 def load_when_tensorflow_is_imported() -> None:
     """Called once by `import tf_fbn_ops`."""
     if "tensorflow" in sys.modules:
-        _load_quietly()
+        _load_at_import()
     elif not any(isinstance(f, _LoadAfterTensorFlowImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _LoadAfterTensorFlowImport())

@@ -1,5 +1,9 @@
-"""The main job: load the ops with tf.load_op_library, run them inside a tf.function graph next
-to tf.raw_ops, and print how far each is from a float64 oracle.
+"""The main job: load the ops, run them inside a tf.function graph next to tf.raw_ops, and print
+how far each is from a float64 oracle.
+
+Each (op, dtype, layout, mode) gets its own graph, traced once and called as a concrete
+function: the attributes are Python values, so one tf.function called with all of them would
+retrace for each, and TensorFlow would warn about it.
 
 Run with ``python -m tf_fbn_ops demo`` (``make demo`` sets everything up first).
 """
@@ -11,7 +15,8 @@ import os
 import numpy as np
 
 from tf_fbn_ops import reference
-from tf_fbn_ops._loader import library_path
+from tf_fbn_ops._loader import library_path, load_library
+from tf_fbn_ops._onednn import onednn_enabled
 
 # (TensorFlow op, the shim's generated function, dtypes, layouts)
 OPS = [("FusedBatchNormGrad", "fbn_fused_batch_norm_grad", ("float32",), ("NHWC", "NCHW")),
@@ -46,15 +51,20 @@ def _max_relative_error(outputs, oracle) -> float:
                for got, want in zip(outputs[:3], oracle))
 
 
+def _graph(tf, op, attrs: dict, kwargs: dict):
+    """`op` with `attrs` fixed, as a graph traced once for the tensors of `kwargs`."""
+    # Raw ops take keywords only; the attributes are baked into the graph.
+    return tf.function(lambda **tensors: op(**tensors, **attrs)).get_concrete_function(**kwargs)
+
+
 def main() -> None:
     """Prints the parity table."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # noqa: PLC0415
 
-    shim = tf.load_op_library(library_path())
-    onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0"
-    print(f"TensorFlow {tf.__version__}; tf.raw_ops with oneDNN {'on' if onednn else 'off'}; "
-          f"library {library_path()}")
+    shim = load_library()
+    onednn = {True: "on", False: "off", None: "unknown"}[onednn_enabled()]
+    print(f"TensorFlow {tf.__version__} (oneDNN kernels {onednn}); library {library_path()}")
     print("Max normwise error vs a float64 oracle over (x_backprop, scale_backprop, "
           "offset_backprop); each op runs inside a tf.function graph.\n")
     header = f"{'op':<22}{'dtype':<10}{'layout':<8}{'mode':<7}{'shim':>11}{'tf.raw_ops':>13}"
@@ -63,9 +73,6 @@ def main() -> None:
     rng = np.random.default_rng(2026)
     rows = at_least_as_accurate = 0
     for op, shim_name, dtypes, formats in OPS:
-        # Raw ops take keywords only, and tf.function passes arguments on positionally.
-        shim_fn = tf.function(lambda f=getattr(shim, shim_name), **kw: f(**kw))
-        tf_fn = tf.function(lambda f=getattr(tf.raw_ops, op), **kw: f(**kw))
         for dtype in dtypes:
             for data_format in formats:
                 for is_training in (True, False):
@@ -75,9 +82,11 @@ def main() -> None:
                     oracle = reference.batch_norm_grad(
                         *(kwargs[k].numpy() for k in STAT_INPUTS), EPSILON, data_format,
                         is_training)
-                    shim_error = _max_relative_error(shim_fn(**kwargs, **attrs), oracle)
+                    shim_error = _max_relative_error(
+                        _graph(tf, getattr(shim, shim_name), attrs, kwargs)(**kwargs), oracle)
                     try:
-                        tf_error = _max_relative_error(tf_fn(**kwargs, **attrs), oracle)
+                        tf_error = _max_relative_error(
+                            _graph(tf, getattr(tf.raw_ops, op), attrs, kwargs)(**kwargs), oracle)
                         tf_text = f"{tf_error:13.2e}"
                     except tf.errors.InvalidArgumentError:
                         tf_error, tf_text = None, "    (refuses)"

@@ -38,8 +38,11 @@ struct BatchNormGradFunctor {
 template <typename Device, typename T>
 class FbnFusedBatchNormGradOp : public OpKernel {
  public:
+  // Invalid attributes and inputs fail through OP_REQUIRES, not OP_REQUIRES_OK: TensorFlow's
+  // kernel does the same, and so logs no "OP_REQUIRES failed" warning for a bad call.
   explicit FbnFusedBatchNormGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ReadGradAttrs(ctx, &attrs_));
+    const Status status = ReadGradAttrs(ctx, &attrs_);
+    OP_REQUIRES(ctx, status.ok(), status);
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -54,8 +57,9 @@ class FbnFusedBatchNormGradOp : public OpKernel {
     fbn::Params params;
     params.epsilon = attrs_.epsilon;
     params.is_training = attrs_.is_training;
-    OP_REQUIRES_OK(ctx, ValidateGradInputs(y_backprop, x, scale, reserve_space_1,
-                                           reserve_space_2, attrs_, &params.shape));
+    const Status valid = ValidateGradInputs(y_backprop, x, scale, reserve_space_1,
+                                            reserve_space_2, attrs_, &params.shape);
+    OP_REQUIRES(ctx, valid.ok(), valid);
 
     // x_backprop always gets x's shape (TF returns a 4-D one for an empty 5-D x: a bug).
     Tensor* x_backprop = nullptr;

@@ -177,7 +177,7 @@ def contention_lines(rows: list[dict]) -> list[str]:
 
 
 def target_lines(rows: list[dict]) -> tuple[list[str], dict[str, int]]:
-    """One line per row that has targets, and the PASS/MISS/n/a totals."""
+    """One line per row that has targets, and the totals per verdict."""
     lines, cells = [], []
     for row in rows:
         if not row["targets"]:
@@ -207,7 +207,8 @@ def header_lines(meta: dict) -> list[str]:
              f"{load('load_average')}, at end {load('load_average_end')}"),
             "versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()),
             (f"rounds: {meta['options']['rounds']}, seed {meta['options']['seed']}, "
-             f"date {meta['date']}, commit {meta['git_commit']}")]
+             f"date {meta['date']}, "
+             f"commit {meta['git_commit'] or 'unknown (not run from a git checkout)'}")]
 
 
 def render(rows: list[dict], meta: dict, markdown: bool) -> str:
@@ -234,7 +235,8 @@ def render(rows: list[dict], meta: dict, markdown: bool) -> str:
             else "targets (tensors >= 1 MB, plus the tiny shape):", ""]
     out += [f"- {n}" if markdown else f"  {n}" for n in lines]
     out += ["", (f"targets: {totals['PASS']} PASS, {totals['MISS']} MISS, "
-                 f"{totals['n/a']} n/a (of {sum(totals.values())})"), ""]
+                 f"{totals['SUSPECT']} SUSPECT (faster than the streaming limit: disturbed, not "
+                 f"judged), {totals['n/a']} n/a (of {sum(totals.values())})"), ""]
     return "\n".join(out)
 
 

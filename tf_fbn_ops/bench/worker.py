@@ -28,6 +28,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from tf_fbn_ops._onednn import onednn_enabled
 from tf_fbn_ops.bench import contention, protocol
 from tf_fbn_ops.bench import implementations as impls
 from tf_fbn_ops.bench.cases import Case
@@ -53,14 +54,6 @@ def _protocol_streams() -> tuple[IO[bytes], IO[bytes]]:
     return sys.stdin.buffer, replies
 
 
-def _onednn_enabled() -> bool | None:
-    """Whether TF runs with oneDNN ops (a private TF API, hence the guard)."""
-    try:
-        from tensorflow.python.util import _pywrap_util_port  # noqa: PLC0415
-    except ImportError:
-        return None
-    return bool(_pywrap_util_port.IsMklEnabled())
-
 
 def setup_tensorflow(threads: int, unavailable: dict[str, str]) -> dict:
     """Thread pools sized before any op runs, then the shim's library loaded."""
@@ -68,7 +61,7 @@ def setup_tensorflow(threads: int, unavailable: dict[str, str]) -> dict:
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    info: dict[str, Any] = {"tensorflow": tf.__version__, "onednn_enabled": _onednn_enabled()}
+    info: dict[str, Any] = {"tensorflow": tf.__version__, "onednn_enabled": onednn_enabled()}
     try:
         import tf_fbn_ops  # noqa: PLC0415
 

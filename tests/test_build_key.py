@@ -1,0 +1,117 @@
+"""setup.py keys its objects on everything that changes them: a rebuild for another TensorFlow
+(or compiler, flags, CUDA set-up, sanitizer mode) compiles into a folder of its own and relinks
+the library, and an isolated build says what to do instead of a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+from setuptools import Distribution, Extension
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def setup_py():
+    spec = importlib.util.spec_from_file_location("tf_fbn_ops_setup", ROOT / "setup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines the build; setup() runs only as a script
+    return module
+
+
+BASE = {"tensorflow": "2.21.0", "tf_cflags": ["-I/tf"], "tf_lflags": ["-ltf"], "cxx": ["g++"],
+        "cxx_version": "g++ 12.2.0", "flags": ["-O3"], "sanitize": [], "cuda": None,
+        "nvcc_version": None, "cuda_archs": None}
+
+
+@pytest.mark.parametrize("part, other", [
+    ("tensorflow", "2.20.0"), ("tf_cflags", ["-I/other"]), ("tf_lflags", ["-lother"]),
+    ("cxx", ["clang++"]), ("cxx_version", "g++ 13.1.0"), ("flags", ["-O2"]),
+    ("sanitize", ["-fsanitize=address"]), ("cuda", "/usr/local/cuda"),
+    ("nvcc_version", "Build cuda_13.0"), ("cuda_archs", ["-gencode=arch=compute_90"]),
+])
+def test_every_part_changes_the_key(setup_py, part: str, other) -> None:
+    assert setup_py.build_key(BASE) == setup_py.build_key(dict(BASE))
+    assert setup_py.build_key(BASE) != setup_py.build_key(dict(BASE, **{part: other}))
+
+
+def _build(setup_py, monkeypatch, tmp_path: Path, tf_version: str) -> Path:
+    """Runs build_ext on one core source with TensorFlow reported as `tf_version`."""
+    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+    monkeypatch.setattr(setup_py, "tensorflow_build_flags", lambda: (cflags, lflags, tf_version))
+    monkeypatch.setenv("TF_FBN_OPS_CUDA", "0")
+    monkeypatch.delenv("TF_FBN_OPS_SANITIZE", raising=False)
+    ext = Extension("tf_fbn_ops._fbn_ops", sources=["cc/core/bn_grad_reference.cc"])
+    dist = Distribution({"name": "probe", "ext_modules": [ext],
+                         "cmdclass": {"build_ext": setup_py.BuildTensorFlowOps}})
+    command = dist.get_command_obj("build_ext")
+    command.build_lib = str(tmp_path / "lib")
+    command.build_temp = str(tmp_path / "temp")
+    command.ensure_finalized()
+    command.run()
+    return tmp_path / "lib" / "tf_fbn_ops"
+
+
+def _info(lib: Path) -> dict:
+    values: dict = {}
+    exec((lib / "_build_info.py").read_text(), values)  # noqa: S102 - our own generated file
+    return values
+
+
+def test_rebuild_for_another_tensorflow_never_reuses_objects(setup_py, monkeypatch,
+                                                             tmp_path: Path) -> None:
+    lib = _build(setup_py, monkeypatch, tmp_path, "2.21.0")
+    first = _info(lib)
+    objects_21 = {p.name for p in (tmp_path / "temp").iterdir()}
+    assert objects_21 == {f"objects-{first['BUILD_KEY']}"}
+    first_link = (lib / "_fbn_ops.so").stat().st_mtime_ns
+
+    lib = _build(setup_py, monkeypatch, tmp_path, "2.20.0")
+    second = _info(lib)
+    assert second["TF_VERSION"] == "2.20.0" and second["BUILD_KEY"] != first["BUILD_KEY"]
+    fresh = tmp_path / "temp" / f"objects-{second['BUILD_KEY']}"
+    assert any(fresh.iterdir()), "no objects compiled for the new key"
+    assert (lib / "_fbn_ops.so").stat().st_mtime_ns > first_link, "library not relinked"
+
+    # Back to the first TensorFlow: its objects are still there and newer than nothing, yet the
+    # library (last linked from the 2.20 objects) must be relinked from them.
+    second_link = (lib / "_fbn_ops.so").stat().st_mtime_ns
+    lib = _build(setup_py, monkeypatch, tmp_path, "2.21.0")
+    assert _info(lib)["BUILD_KEY"] == first["BUILD_KEY"]
+    assert (lib / "_fbn_ops.so").stat().st_mtime_ns > second_link, "library not relinked"
+
+
+def test_isolated_build_gets_one_clear_message(setup_py, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # import tensorflow now fails
+    with pytest.raises(SystemExit) as exit_info:
+        setup_py.tensorflow_build_flags()
+    message = str(exit_info.value)
+    assert "pip install --no-build-isolation ." in message
+    assert "\n" not in message
+
+
+def test_isolated_build_stops_before_building(setup_py, monkeypatch) -> None:
+    """Without TensorFlow, a wheel or editable build stops at its metadata step with the one
+    message; the metadata and source-distribution commands still work."""
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "tensorflow" else real_find_spec(name, *a))
+    for command in ("dist_info", "bdist_wheel", "editable_wheel", "build_ext"):
+        with pytest.raises(SystemExit, match="--no-build-isolation"):
+            setup_py.require_tensorflow_for([command])
+    for command in ("egg_info", "sdist"):
+        setup_py.require_tensorflow_for([command])
+    monkeypatch.undo()
+    setup_py.require_tensorflow_for(["bdist_wheel"])  # TensorFlow importable: no exit
+
+
+def test_wheel_version_carries_the_tensorflow_minor(setup_py) -> None:
+    major_minor = ".".join(tf.__version__.split(".")[:2])
+    assert setup_py.package_version() == f"{setup_py.VERSION}+tf{major_minor}"
+    import tf_fbn_ops  # noqa: PLC0415
+
+    assert tf_fbn_ops.__version__ == setup_py.VERSION
