@@ -138,13 +138,12 @@ def package_version() -> str:
 
 
 def tool_version(command: list[str]) -> str:
-    """First line of `command --version`, to tell compilers apart in the build key."""
+    """What `command --version` prints, to tell compilers apart in the build key."""
     try:
         result = subprocess.run([*command, "--version"], capture_output=True, text=True)
     except OSError as e:
         return f"unavailable: {e}"
-    lines = (result.stdout or result.stderr).strip().splitlines()
-    return lines[-1] if "nvcc" in command[0] else (lines[0] if lines else "")
+    return (result.stdout or result.stderr).strip()
 
 
 def build_key(parts: dict[str, object]) -> str:

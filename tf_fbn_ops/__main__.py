@@ -7,13 +7,12 @@ import importlib
 import os
 import sys
 
-from tf_fbn_ops import __version__
-from tf_fbn_ops._loader import built_tensorflow_version
+from tf_fbn_ops import __version__, _loader
 
 
 def _build_summary() -> str:
     """What the library next to the package was built for, without importing TensorFlow."""
-    built = built_tensorflow_version()
+    built = _loader.built_tensorflow_version()
     if built is None:
         return "library not built"
     from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
@@ -25,8 +24,6 @@ def _build_summary() -> str:
 def _info() -> int:
     """Prints what is installed and whether the library loads; 0 if it does."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tf_fbn_ops import _loader  # noqa: PLC0415
-
     print(f"tf-fbn-ops {__version__}")
     print(f"python: {sys.version.split()[0]}")
     print(f"build: {_build_summary()}")
@@ -75,10 +72,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Runs one command; returns its exit status."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = _parser()
     # The benchmark parses its own options: everything after "bench" goes to it untouched.
     if argv and argv[0] == "bench":
         return importlib.import_module("tf_fbn_ops.bench.main").main(argv[1:])
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
         importlib.import_module("tf_fbn_ops.demo").main()

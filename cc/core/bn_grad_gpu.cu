@@ -196,8 +196,8 @@ struct PlaneWalk {
   }
 };
 
-// Up to kUnroll vectors of dy and x at `offset`, every load issued before any is used; `count`
-// of them lie inside the thread's range.
+// Up to kUnroll vectors of dy and x at `offset`, every load issued before any is used; the first
+// `count` lie inside the thread's range.
 template <typename T, int V>
 struct Batch {
   Vec<T, V> dy[kUnroll], x[kUnroll];
@@ -215,18 +215,25 @@ struct Batch {
   }
 };
 
-// Channels last: the batch of rows r, r + step, ... of the thread's tile.
-template <typename T, int V>
-__device__ __forceinline__ void LoadRows(const Args<T>& a, const RowTile& tile, int64_t r,
-                                         Batch<T, V>& b) {
-  b.count = 0;
+// Channels last: body(dy, x, offset) for each vector of the thread's rows, in row order,
+// kUnroll vectors loaded before the first is used.
+template <typename T, int V, typename Body>
+__device__ __forceinline__ void SweepRows(const Args<T>& a, const RowTile& tile, Body&& body) {
+  for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
+    Batch<T, V> b;
+    b.count = 0;
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t row = r + u * tile.step;
-    b.offset[u] = row * a.channels + tile.c0;
-    b.count += row < tile.end ? 1 : 0;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t row = r + u * tile.step;
+      b.offset[u] = row * a.channels + tile.c0;
+      b.count += row < tile.end ? 1 : 0;
+    }
+    b.Load(a);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u < b.count) body(b.dy[u], b.x[u], b.offset[u]);
+    }
   }
-  b.Load(a);
 }
 
 // Kernel signature shared by the sweeps; `lanes`: channel vectors (channels last) or channels
@@ -245,21 +252,15 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
       mean[j] = a.t.mean[tile.c0 + j];
       k[j] = kInference ? a.p.InvStd(a.t.variance[tile.c0 + j]) * a.t.scale[tile.c0 + j] : 0.0;
     }
-    for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
-      Batch<T, V> b;
-      LoadRows(a, tile, r, b);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (u >= b.count) break;
-        Vec<T, V> dx;
-        for (int j = 0; j < V; ++j) {
-          const double d = Load(b.dy[u].v[j]);
-          acc.Add(j, d, Load(b.x[u].v[j]) - mean[j]);
-          if (kInference) dx.v[j] = Round<T>(d * k[j]);
-        }
-        if (kInference) StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
+    SweepRows<T, V>(a, tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+      Vec<T, V> dx;
+      for (int j = 0; j < V; ++j) {
+        const double d = Load(dy.v[j]);
+        acc.Add(j, d, Load(x.v[j]) - mean[j]);
+        if (kInference) dx.v[j] = Round<T>(d * k[j]);
       }
-    }
+      if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
+    });
   }
   BlockLaneSums<kThreads>(acc.sums, lanes, shared);
   if (static_cast<int>(threadIdx.x) < lanes && tile.active) {
@@ -285,18 +286,27 @@ struct ChannelSpan {
   }
 };
 
-// Channels first: the batch of the channel's elements e, e + step, ... (walk is at e).
-template <typename T, int V>
-__device__ __forceinline__ void LoadPlanes(const Args<T>& a, const ChannelSpan& span, int64_t e,
-                                           PlaneWalk& walk, Batch<T, V>& b) {
-  b.count = 0;
+// Channels first: body(dy, x, offset) for each vector of the thread's span of its channel, in
+// (n, s) order, kUnroll vectors loaded before the first is used. S is a multiple of V.
+template <typename T, int V, typename Body>
+__device__ __forceinline__ void SweepPlanes(const Args<T>& a, const ChannelSpan& span,
+                                            Body&& body) {
+  PlaneWalk walk(span.begin, span.step, a.spatial);
+  for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
+    Batch<T, V> b;
+    b.count = 0;
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    b.offset[u] = walk.Offset(a, span.c);
-    walk.Advance(a.spatial);
-    b.count += e + u * span.step < span.end ? 1 : 0;
+    for (int u = 0; u < kUnroll; ++u) {
+      b.offset[u] = walk.Offset(a, span.c);
+      walk.Advance(a.spatial);
+      b.count += e + u * span.step < span.end ? 1 : 0;
+    }
+    b.Load(a);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (u < b.count) body(b.dy[u], b.x[u], b.offset[u]);
+    }
   }
-  b.Load(a);
 }
 
 template <typename T, int V, bool kInference>
@@ -308,23 +318,15 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lane
   if (span.active) {
     const double mean = a.t.mean[span.c];
     const double k = kInference ? a.p.InvStd(a.t.variance[span.c]) * a.t.scale[span.c] : 0.0;
-    // e counts the channel's elements in (n, s) order; S is a multiple of V.
-    PlaneWalk walk(span.begin, span.step, a.spatial);
-    for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
-      Batch<T, V> b;
-      LoadPlanes(a, span, e, walk, b);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (u >= b.count) break;
-        Vec<T, V> dx;
-        for (int j = 0; j < V; ++j) {
-          const double d = Load(b.dy[u].v[j]);
-          acc.Add(0, d, Load(b.x[u].v[j]) - mean);
-          if (kInference) dx.v[j] = Round<T>(d * k);
-        }
-        if (kInference) StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
+    SweepPlanes<T, V>(a, span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+      Vec<T, V> dx;
+      for (int j = 0; j < V; ++j) {
+        const double d = Load(dy.v[j]);
+        acc.Add(0, d, Load(x.v[j]) - mean);
+        if (kInference) dx.v[j] = Round<T>(d * k);
       }
-    }
+      if (kInference) StoreVec<T, V>(a.t.x_backprop + offset, dx);
+    });
   }
   BlockLaneSums<kThreads>(acc.sums, lanes, shared);
   if (static_cast<int>(threadIdx.x) < lanes && span.active) {
@@ -396,20 +398,13 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lan
     dy_mean[j] = a.coef[a.channels + tile.c0 + j];
     c2[j] = a.coef[2 * a.channels + tile.c0 + j];
   }
-  for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
-    Batch<T, V> b;
-    LoadRows(a, tile, r, b);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (u >= b.count) break;
-      Vec<T, V> dx;
-      for (int j = 0; j < V; ++j) {
-        dx.v[j] = TrainingDx<T>(Load(b.dy[u].v[j]), Load(b.x[u].v[j]), mean[j], c1[j],
-                                dy_mean[j], c2[j]);
-      }
-      StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
+  SweepRows<T, V>(a, tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+    Vec<T, V> dx;
+    for (int j = 0; j < V; ++j) {
+      dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean[j], c1[j], dy_mean[j], c2[j]);
     }
-  }
+    StoreVec<T, V>(a.t.x_backprop + offset, dx);
+  });
 }
 
 template <typename T, int V>
@@ -420,20 +415,13 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int la
   const double c1 = a.coef[span.c];
   const double dy_mean = a.coef[a.channels + span.c];
   const double c2 = a.coef[2 * a.channels + span.c];
-  PlaneWalk walk(span.begin, span.step, a.spatial);
-  for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
-    Batch<T, V> b;
-    LoadPlanes(a, span, e, walk, b);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (u >= b.count) break;
-      Vec<T, V> dx;
-      for (int j = 0; j < V; ++j) {
-        dx.v[j] = TrainingDx<T>(Load(b.dy[u].v[j]), Load(b.x[u].v[j]), mean, c1, dy_mean, c2);
-      }
-      StoreVec<T, V>(a.t.x_backprop + b.offset[u], dx);
+  SweepPlanes<T, V>(a, span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+    Vec<T, V> dx;
+    for (int j = 0; j < V; ++j) {
+      dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean, c1, dy_mean, c2);
     }
-  }
+    StoreVec<T, V>(a.t.x_backprop + offset, dx);
+  });
 }
 
 // Enqueues the two or three kernels of one call; the first failing launch's error.

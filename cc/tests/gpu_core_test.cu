@@ -265,21 +265,17 @@ void RunLargeTensors() {
       DeviceCase<Half> device(dy.data(), x.data(), per_channel, s, 0);
       Check(device.Run(ParamsOf(k), &got), name + ": runs");
     }
-    Tensors<Half> t;
-    t.y_backprop = dy.data();
-    t.x = x.data();
-    t.scale = per_channel.scale.data();
-    t.mean = per_channel.mean.data();
-    t.variance = per_channel.variance.data();
-    t.x_backprop = ref.dx.data();
-    t.scale_backprop = ref.dscale.data();
-    t.offset_backprop = ref.doffset.data();
-    BatchNormGradReference(ParamsOf(k), t);
+    BatchNormGradReference(ParamsOf(k), ref.Bind(dy.data(), x.data(), per_channel));
     CheckAgainstReference(name, got, ref);
     std::printf("%s: %zu elements checked\n", name.c_str(), n);
   }
 }
 #endif  // FBN_GPU_EMULATOR
+
+bool EnvironmentSays(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::string(set) == value;
+}
 
 std::string CudaVersion(int v) {
   return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
@@ -289,8 +285,7 @@ std::string CudaVersion(int v) {
 }  // namespace fbn
 
 int main() {
-  const bool require_gpu = std::getenv("FBN_REQUIRE_GPU") != nullptr &&
-                           std::string(std::getenv("FBN_REQUIRE_GPU")) == "1";
+  const bool require_gpu = fbn::EnvironmentSays("FBN_REQUIRE_GPU", "1");
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);  // 0: no NVIDIA driver installed
   cudaRuntimeGetVersion(&runtime);
@@ -324,8 +319,7 @@ int main() {
   std::printf("gpu_core_test: emulated; the stream and large-tensor checks need a GPU\n");
 #else
   fbn::RunOnNonBlockingStream();
-  const char* large = std::getenv("FBN_GPU_TEST_LARGE");
-  if (large != nullptr && std::string(large) == "1") fbn::RunLargeTensors();
+  if (fbn::EnvironmentSays("FBN_GPU_TEST_LARGE", "1")) fbn::RunLargeTensors();
 #endif
   return fbn::testing::Summary("gpu_core_test");
 }

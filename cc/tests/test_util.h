@@ -121,10 +121,12 @@ struct Outputs {
   std::vector<float> dscale, doffset;
   explicit Outputs(const Shape& s) : dx(s.elements()), dscale(s.channels), doffset(s.channels) {}
 
-  Tensors<T> Bind(const Inputs<T>& in) {
+  Tensors<T> Bind(const Inputs<T>& in) { return Bind(in.dy.data(), in.x.data(), in); }
+  // Element inputs from other buffers (the GPU test's large tensors), per-channel ones from `in`.
+  Tensors<T> Bind(const T* dy, const T* x, const Inputs<T>& in) {
     Tensors<T> t;
-    t.y_backprop = in.dy.data();
-    t.x = in.x.data();
+    t.y_backprop = dy;
+    t.x = x;
     t.scale = in.scale.data();
     t.mean = in.mean.data();
     t.variance = in.variance.data();
