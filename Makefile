@@ -1,15 +1,16 @@
 # tf-fbn-ops: two commands do everything on a fresh machine with Python 3 and g++.
 #   make demo   virtual environment + TensorFlow + build, then the main job (a parity table)
 #   make test   the same set-up, then the C++ core tests (CPU; the CUDA kernels under the host
-#               emulator; on a GPU where nvcc exists), the sanitizer run and the whole pytest
-#               suite
+#               emulator; on a GPU where nvcc exists), the C++ graph API test, the sanitizer run
+#               and the whole pytest suite
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
 # its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU, and FBN_REQUIRE_GPU=1
 # makes that a failure), gpu-test-large (adds float16 tensors of more than 2^31 elements; ~13 GB
 # of GPU memory), gpu-emu-test (the same CUDA source and GPU test compiled with g++ against a
-# host emulator, under ASan+UBSan: no GPU or nvcc needed), core-bench (the CPU
-# core alone, timed), sanitize (ASan+UBSan
-# build of the core tests and of the op library, and op tests under it), fuzz (100,000-case
+# host emulator, under ASan+UBSan: no GPU or nvcc needed), graph-api-test (tf_fbn_ops/ops.h, the
+# C++ graph API, against TensorFlow's classes, and examples/graph_api_example.cc), core-bench
+# (the CPU core alone, timed), sanitize (ASan+UBSan build of the core tests and of the op
+# library, and op tests under it), fuzz (100,000-case
 # differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
 # (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
@@ -46,15 +47,18 @@ CORE_TEST := build/core_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
+GRAPH_API_TEST := build/graph_api_test
+GRAPH_API_EXAMPLE := build/graph_api_example
 
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
+        graph-api-test \
         sanitize fuzz test-large \
         tf-matrix bazel-test bench clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) sanitize
+test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test sanitize
 	$(PY) -m pytest -q -rs tests
 
 lib: $(LIBRARY)
@@ -105,6 +109,22 @@ $(GPU_EMU_TEST): $(CC_FILES)
 gpu-emu-test: $(GPU_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
 
+# The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
+# each built with the flags `python -m tf_fbn_ops cc-flags` gives users.
+GRAPH_API_BUILD = mkdir -p build && $(CXX) -O1 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
+                  -Wno-interference-size $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
+                  $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
+
+$(GRAPH_API_TEST): cc/tests/graph_api_test.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
+	$(GRAPH_API_BUILD)
+
+$(GRAPH_API_EXAMPLE): examples/graph_api_example.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
+	$(GRAPH_API_BUILD)
+
+graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_EXAMPLE)
+	./$(GRAPH_API_TEST)
+	./$(GRAPH_API_EXAMPLE)
+
 gpu-bench: $(GPU_BENCH)
 	./$(GPU_BENCH)
 
@@ -129,6 +149,9 @@ SANITIZE_ENV := LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so):$$($(CXX) -pr
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_fuzz.py test_api.py \
                   test_parity.py) -k "not 1000x1000"
+# The XLA lowering's C++ runs when a function is compiled: one compile per op, bad shapes included.
+SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py \
+                      -k "bad_shapes or traced_outside or (jit_parity and NHWC-train-2x4x5x3)"
 
 sanitize: $(DEPS)
 	mkdir -p $(SANITIZE_DIR)
@@ -143,6 +166,8 @@ sanitize: $(DEPS)
 	    assert '/build/sanitize/' in t.library_path(), t.library_path(); print(t.library_path())"
 	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
 	    --rootdir=$(CURDIR) $(SANITIZE_TESTS)
+	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
+	    --rootdir=$(CURDIR) $(SANITIZE_XLA_TESTS)
 
 fuzz: lib
 	$(PY) tests/fuzz_long.py 100000

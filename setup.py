@@ -17,6 +17,8 @@ tensorflow-cpu and into CUDA TensorFlow. Environment knobs:
   TF_FBN_OPS_JOBS        parallel compile jobs (default: number of CPUs)
   TF_FBN_OPS_CUDA        0: CPU only; 1: CUDA required; unset: CUDA when nvcc is found
   TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default "75;80;86;89;90", plus PTX of the last)
+  TF_FBN_OPS_XLA         0: no XLA lowerings; 1: XLA required; unset: XLA when TensorFlow ships
+                         what it needs (tf2xla headers and libtensorflow_cc)
   TF_FBN_OPS_SANITIZE    1: build with AddressSanitizer and UndefinedBehaviorSanitizer (make sanitize)
 """
 
@@ -53,6 +55,15 @@ SHELL_SOURCES = sorted(
     for p in (ROOT / "cc" / folder).glob("*.cc")
 )
 GPU_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_gpu.cc")]
+XLA_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_xla.cc")]
+# What the XLA lowerings need from TensorFlow: tf2xla's kernel API and XLA's builder (which has
+# lived in three places), and the library that exports both.
+XLA_KERNEL_HEADER = "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+XLA_BUILDER_HEADERS = ("xla/hlo/builder/xla_builder.h", "xla/client/xla_builder.h",
+                       "tensorflow/compiler/xla/client/xla_builder.h")
+XLA_LIBRARY = "libtensorflow_cc.so.2"
+# Folders of the include dir that tf2xla's headers reach through their own include paths.
+XLA_INCLUDE_SUBDIRS = ("external/highwayhash", "external/farmhash_archive/src")
 # No contraction of a*b+c into FMA: the core's CPU loops are compiled for several instruction
 # sets (cpu_loops.h) and must give the same bits in each.
 COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden",
@@ -73,6 +84,42 @@ def sanitize_flags(core: bool = False) -> list[str]:
     if os.environ.get("TF_FBN_OPS_SANITIZE") != "1":
         return []
     return ASAN_FLAGS + (UBSAN_FLAGS if core else [])
+
+
+def xla_support(include: Path, lib: Path, cxx: list[str],
+                tf_cflags: list[str]) -> tuple[list[str], list[str], str | None]:
+    """Compile flags, link flags and, when XLA cannot be built, the reason (flags are then empty).
+
+    Beyond the files themselves, the lowering's includes are run through the preprocessor: some
+    wheels ship tf2xla's headers without all they include (TF 2.19's reach LLVM's). A compile
+    error in our own code still fails the build. TF_FBN_OPS_XLA=0 turns the lowerings off; =1
+    makes a missing piece an error.
+    """
+    mode = os.environ.get("TF_FBN_OPS_XLA", "")
+    if mode == "0":
+        return [], [], "turned off with TF_FBN_OPS_XLA=0"
+    missing = []
+    if not (include / XLA_KERNEL_HEADER).is_file():
+        missing.append(XLA_KERNEL_HEADER)
+    if not any((include / h).is_file() for h in XLA_BUILDER_HEADERS):
+        missing.append(" or ".join(XLA_BUILDER_HEADERS))
+    if not (lib / XLA_LIBRARY).is_file():
+        missing.append(XLA_LIBRARY)
+    reason = f"this TensorFlow lacks {', '.join(missing)}" if missing else None
+    cflags = [f"-I{include / d}" for d in XLA_INCLUDE_SUBDIRS if (include / d).is_dir()]
+    if reason is None:
+        preprocess = subprocess.run(
+            [*cxx, *COMMON_FLAGS, *tf_cflags, *cflags, "-E", "-o", os.devnull,
+             str(ROOT / XLA_SHELL_SOURCES[0])], capture_output=True, text=True)
+        if preprocess.returncode != 0:
+            errors = [line for line in preprocess.stderr.splitlines() if "error" in line]
+            first = (errors or ["the preprocessor failed"])[0].replace(f"{include}/", "")
+            reason = f"this TensorFlow's headers are incomplete ({first.strip()})"
+    if reason is None:
+        return cflags, [f"-l:{XLA_LIBRARY}"], None
+    if mode == "1":
+        raise RuntimeError(f"TF_FBN_OPS_XLA=1, but {reason}")
+    return [], [], reason
 
 
 def find_cuda() -> Path | None:
@@ -109,13 +156,14 @@ def static_cudart(cuda: Path) -> Path:
     raise RuntimeError(f"libcudart_static.a not found under {cuda}")
 
 
-def tensorflow_build_flags() -> tuple[list[str], list[str], str]:
-    """Compile flags, link flags and version of the TensorFlow in this interpreter."""
+def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
+    """Compile flags, link flags, version, include and library folders of this TensorFlow."""
     try:
         import tensorflow as tf  # noqa: PLC0415 - only needed when building
     except ImportError:
         raise SystemExit(ISOLATED_BUILD_MESSAGE) from None
-    return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tf.__version__
+    return (tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tf.__version__,
+            Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()))
 
 
 def installed_tensorflow_version() -> str | None:
@@ -160,9 +208,13 @@ class BuildTensorFlowOps(build_ext):
         return os.path.join(*fullname.split(".")[:-1], LIBRARY)
 
     def build_extension(self, ext: Extension) -> None:
-        tf_cflags, tf_lflags, tf_version = tensorflow_build_flags()
-        cuda = find_cuda()
+        tf_cflags, tf_lflags, tf_version, tf_include, tf_lib = tensorflow_build_flags()
         cxx = shlex.split(os.environ.get("CXX", "g++"))
+        xla_cflags, xla_lflags, no_xla_reason = xla_support(tf_include, tf_lib, cxx, tf_cflags)
+        # Said on every build, not only in logs: a library without lowerings fails under jit.
+        xla_state = f"not built: {no_xla_reason}" if no_xla_reason else "built"
+        print(f"tf-fbn-ops: XLA lowerings {xla_state}", file=sys.stderr)
+        cuda = find_cuda()
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
         key = build_key({
@@ -172,11 +224,15 @@ class BuildTensorFlowOps(build_ext):
             "cuda": str(cuda) if cuda else None,
             "nvcc_version": tool_version([str(cuda / "bin" / "nvcc")]) if cuda else None,
             "cuda_archs": nvcc_arch_flags() if cuda else None,
+            "xla": (xla_cflags, xla_lflags, no_xla_reason),
         })
         obj_dir = Path(self.build_temp) / f"objects-{key}"
         obj_dir.mkdir(parents=True, exist_ok=True)
         headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
+        sources = [s for s in sources if not no_xla_reason or s not in XLA_SHELL_SOURCES]
+        # The XLA file takes several times longer than any other: start it first.
+        sources.sort(key=lambda s: s not in XLA_SHELL_SOURCES)
 
         def compile_one(source: str) -> Path:
             obj = obj_dir / (source.replace("/", "_") + ".o")
@@ -188,6 +244,8 @@ class BuildTensorFlowOps(build_ext):
                 command = [*cxx, *COMMON_FLAGS, *sanitize_flags(core=True)]
             else:
                 command = [*cxx, *COMMON_FLAGS, *tf_cflags, *QUIET_TF_HEADERS, *sanitize_flags()]
+                if source in XLA_SHELL_SOURCES:
+                    command += xla_cflags
             if self.force or _stale(obj, [ROOT / source, *headers, Path(__file__)]):
                 self._run([*command, "-c", str(ROOT / source), "-o", str(obj)])
             return obj
@@ -202,11 +260,14 @@ class BuildTensorFlowOps(build_ext):
         info_path = Path(_build_info_path(str(out_path)))
         if self.force or _stale(out_path, objects) or _recorded_key(info_path) != key:
             self._run([*cxx, "-shared", *sanitize_flags(core=True), *map(str, objects), "-o",
-                       str(out_path), *cudart, *tf_lflags, "-Wl,--no-undefined", "-Wl,-O1"])
+                       str(out_path), *cudart, *tf_lflags, *xla_lflags, "-Wl,--no-undefined",
+                       "-Wl,-O1"])
         info_path.write_text(
             '"""Written by setup.py at build time."""\n\n'
             f"TF_VERSION = {tf_version!r}\n"
             f"CUDA = {cuda is not None}\n"
+            f"XLA = {no_xla_reason is None}\n"
+            f"XLA_MISSING_REASON = {no_xla_reason!r}\n"
             f"BUILD_KEY = {key!r}\n"
         )
 
@@ -278,7 +339,9 @@ if __name__ == "__main__":  # setuptools runs this file as a script; tests impor
         # The benchmark harness (python -m tf_fbn_ops bench) ships too, with its C++ streaming
         # kernel.
         packages=[PACKAGE, f"{PACKAGE}.bench"],
-        package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"]},
+        package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"],
+                      # The C++ graph API header (tf_fbn_ops.get_include()).
+                      PACKAGE: ["include/tf_fbn_ops/*.h"]},
         ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
                                sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES)],
         cmdclass={"build_ext": BuildTensorFlowOps},

@@ -25,7 +25,7 @@ def setup_py():
 
 BASE = {"tensorflow": "2.21.0", "tf_cflags": ["-I/tf"], "tf_lflags": ["-ltf"], "cxx": ["g++"],
         "cxx_version": "g++ 12.2.0", "flags": ["-O3"], "sanitize": [], "cuda": None,
-        "nvcc_version": None, "cuda_archs": None}
+        "nvcc_version": None, "cuda_archs": None, "xla": ([], [], "turned off")}
 
 
 @pytest.mark.parametrize("part, other", [
@@ -33,6 +33,7 @@ BASE = {"tensorflow": "2.21.0", "tf_cflags": ["-I/tf"], "tf_lflags": ["-ltf"], "
     ("cxx", ["clang++"]), ("cxx_version", "g++ 13.1.0"), ("flags", ["-O2"]),
     ("sanitize", ["-fsanitize=address"]), ("cuda", "/usr/local/cuda"),
     ("nvcc_version", "Build cuda_13.0"), ("cuda_archs", ["-gencode=arch=compute_90"]),
+    ("xla", (["-I/tf/external/highwayhash"], ["-l:libtensorflow_cc.so.2"], None)),
 ])
 def test_every_part_changes_the_key(setup_py, part: str, other) -> None:
     assert setup_py.build_key(BASE) == setup_py.build_key(dict(BASE))
@@ -41,9 +42,11 @@ def test_every_part_changes_the_key(setup_py, part: str, other) -> None:
 
 def _build(setup_py, monkeypatch, tmp_path: Path, tf_version: str) -> Path:
     """Runs build_ext on one core source with TensorFlow reported as `tf_version`."""
-    cflags, lflags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
-    monkeypatch.setattr(setup_py, "tensorflow_build_flags", lambda: (cflags, lflags, tf_version))
+    flags = (tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tf_version,
+             Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()))
+    monkeypatch.setattr(setup_py, "tensorflow_build_flags", lambda: flags)
     monkeypatch.setenv("TF_FBN_OPS_CUDA", "0")
+    monkeypatch.setenv("TF_FBN_OPS_XLA", "0")  # one core source: nothing for XLA to add
     monkeypatch.delenv("TF_FBN_OPS_SANITIZE", raising=False)
     ext = Extension("tf_fbn_ops._fbn_ops", sources=["cc/core/bn_grad_reference.cc"])
     dist = Distribution({"name": "probe", "ext_modules": [ext],
@@ -115,3 +118,43 @@ def test_wheel_version_carries_the_tensorflow_minor(setup_py) -> None:
     import tf_fbn_ops  # noqa: PLC0415
 
     assert tf_fbn_ops.__version__ == setup_py.VERSION
+
+
+def _fake_tensorflow(tmp_path: Path, headers: dict[str, str]) -> tuple[Path, Path]:
+    """An include folder holding `headers` (path -> text) and a library folder with
+    libtensorflow_cc.so.2."""
+    include, lib = tmp_path / "include", tmp_path / "lib"
+    for path, text in headers.items():
+        (include / path).parent.mkdir(parents=True, exist_ok=True)
+        (include / path).write_text(text)
+    lib.mkdir()
+    (lib / "libtensorflow_cc.so.2").write_text("")
+    return include, lib
+
+
+def test_xla_support_says_why_it_is_off(setup_py, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TF_FBN_OPS_XLA", raising=False)
+    real = (Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()), ["g++"],
+            tf.sysconfig.get_compile_flags())
+    cflags, lflags, reason = setup_py.xla_support(*real)
+    assert reason is None and lflags == ["-l:libtensorflow_cc.so.2"]
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _, _, reason = setup_py.xla_support(empty, empty, ["g++"], [])
+    assert reason.startswith("this TensorFlow lacks tensorflow/compiler/tf2xla/xla_op_kernel.h")
+    assert "libtensorflow_cc.so.2" in reason
+
+    # All the files there, but what they include is not (TF 2.19's wheel): the preprocessor says.
+    include, lib = _fake_tensorflow(tmp_path, {
+        "tensorflow/compiler/tf2xla/xla_op_kernel.h": '#include "llvm/ADT/ArrayRef.h"\n',
+        "xla/hlo/builder/xla_builder.h": ""})
+    cflags, lflags, reason = setup_py.xla_support(include, lib, ["g++"], [f"-I{include}"])
+    assert (cflags, lflags) == ([], [])
+    assert reason.startswith("this TensorFlow's headers are incomplete (") and "fatal error" in reason
+
+    monkeypatch.setenv("TF_FBN_OPS_XLA", "1")
+    with pytest.raises(RuntimeError, match="TF_FBN_OPS_XLA=1, but this TensorFlow's headers"):
+        setup_py.xla_support(include, lib, ["g++"], [f"-I{include}"])
+    monkeypatch.setenv("TF_FBN_OPS_XLA", "0")
+    assert setup_py.xla_support(*real) == ([], [], "turned off with TF_FBN_OPS_XLA=0")

@@ -44,6 +44,25 @@ def test_version_names_the_package_and_the_tensorflow_it_was_built_for() -> None
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"tf-fbn-ops {tf_fbn_ops.__version__} ")
     assert f"library built for TensorFlow {tf.__version__}" in result.stdout
+    # Whether jit_compile=True can compile the shim's ops, and if not, why.
+    from tf_fbn_ops import _loader  # noqa: PLC0415
+
+    reason = _loader.xla_missing_reason()
+    expected = "XLA lowerings" if reason is None else f"no XLA lowerings ({reason})"
+    assert expected in " ".join(result.stdout.split())
+
+
+def test_cc_flags_give_the_header_and_keep_the_op_library() -> None:
+    header = os.path.join(tf_fbn_ops.get_include(), "tf_fbn_ops", "ops.h")
+    assert os.path.isfile(header)
+    cflags, libs, both = (_cli("cc-flags", *a) for a in (["--cflags"], ["--libs"], []))
+    for result in (cflags, libs, both):
+        assert result.returncode == 0, result.stderr
+    assert f"-I{tf_fbn_ops.get_include()}" in cflags.stdout.split()
+    assert "-Wl,--no-as-needed" not in cflags.stdout
+    library = os.path.basename(tf_fbn_ops.library_path())
+    assert re.search(rf"--no-as-needed \S*{re.escape(library)}", libs.stdout), libs.stdout
+    assert both.stdout.split() == cflags.stdout.split() + libs.stdout.split()
 
 
 def test_bench_help_is_the_benchmark_s_own() -> None:

@@ -31,12 +31,12 @@ needs_gpu = pytest.mark.skipif(not GPUS, reason="no GPU visible to TensorFlow: G
 @pytest.mark.parametrize("op", sorted(EXPECTED))
 def test_gpu_kernels_registered_for_every_dtype(op: str) -> None:
     tf_fbn_ops.load_library()
-    registered: dict[str, set] = {"CPU": set(), "GPU": set()}
+    registered: dict[str, set] = {"CPU": set(), "GPU": set()}  # and XLA's (see test_xla.py)
     for kernel in kernels.get_registered_kernels_for_op(op).kernel:
         for constraint in kernel.constraint:
             if constraint.name == "T":
                 for t in constraint.allowed_values.list.type:
-                    registered[kernel.device_type].add(DTYPE_ENUMS[t])
+                    registered.setdefault(kernel.device_type, set()).add(DTYPE_ENUMS[t])
     assert registered["GPU"] == EXPECTED[op]
     assert registered["CPU"] == EXPECTED[op]
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import tf_fbn_ops
+from keras2_training import KERAS_TOLERANCE, train_keras2_cnn
 from tf_fbn_ops import reference
 
 
@@ -167,41 +168,12 @@ def test_shim_gradients_cover_v1_and_v2_forward_ops(op_type: str) -> None:
 
 
 # Training parity under Keras' fused BatchNormalization (Keras 2: Keras 3 has no fused path).
-KERAS_TOLERANCE = dict(rtol=1e-4, atol=1e-5)
-
-
-def _train_keras_cnn(tf_keras, steps: int = 20) -> tuple[list, list, set]:
-    tf_keras.utils.set_random_seed(11)
-    rng = np.random.default_rng(11)
-    data = rng.standard_normal((8 * steps, 8, 8, 3)).astype(np.float32)
-    labels = rng.integers(0, 3, 8 * steps)
-    model = tf_keras.Sequential([
-        tf_keras.layers.Conv2D(6, 3, input_shape=(8, 8, 3)),
-        tf_keras.layers.BatchNormalization(fused=True),
-        tf_keras.layers.ReLU(),
-        tf_keras.layers.Conv2D(4, 3, data_format="channels_last"),
-        tf_keras.layers.BatchNormalization(fused=True),
-        tf_keras.layers.GlobalAveragePooling2D(),
-        tf_keras.layers.Dense(3)])
-    model.compile(tf_keras.optimizers.SGD(0.05),
-                  tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    losses = []
-    for step in range(steps):
-        batch = slice(8 * step, 8 * step + 8)
-        losses.append(float(model.train_on_batch(data[batch], labels[batch])))
-    batches = iter(tf.data.Dataset.from_tensors((data[:8], labels[:8])).repeat())
-    graph_def = model.train_function.get_concrete_function(batches).graph.as_graph_def()
-    types = {n.op for n in graph_def.node}
-    types |= {n.op for f in graph_def.library.function for n in f.node_def}
-    return losses, model.get_weights(), types
-
-
 def test_keras_fused_batch_norm_training_parity() -> None:
     tf_keras = pytest.importorskip("tf_keras", reason="tf_keras (Keras 2) not installed; "
                                                       "`make test` installs it")
-    losses_tf, weights_tf, types_tf = _train_keras_cnn(tf_keras)
+    losses_tf, weights_tf, types_tf = train_keras2_cnn(tf_keras)
     with tf_fbn_ops.shim_gradients():
-        losses_shim, weights_shim, types_shim = _train_keras_cnn(tf_keras)
+        losses_shim, weights_shim, types_shim = train_keras2_cnn(tf_keras)
     assert "FusedBatchNormGradV3" in types_tf and "FbnFusedBatchNormGradV3" not in types_tf
     assert "FbnFusedBatchNormGradV3" in types_shim and "FusedBatchNormGradV3" not in types_shim
     np.testing.assert_allclose(losses_shim, losses_tf, **KERAS_TOLERANCE)

@@ -2,7 +2,8 @@
 
 ``import tf_fbn_ops`` alone does not import TensorFlow. The op library is loaded into TensorFlow
 as soon as both are imported (in either order), or on first use, or by ``load_library()``.
-``library_path()`` gives the file for ``tf.load_op_library``.
+``library_path()`` gives the file for ``tf.load_op_library``; ``get_include()`` the folder of
+``tf_fbn_ops/ops.h``, the C++ graph API.
 """
 
 from tf_fbn_ops._loader import (
@@ -12,6 +13,7 @@ from tf_fbn_ops._loader import (
     load_library,
     load_when_tensorflow_is_imported,
 )
+from tf_fbn_ops.cc_flags import get_include
 from tf_fbn_ops.ops import (
     fused_batch_norm_grad,
     fused_batch_norm_grad_v2,
@@ -36,6 +38,7 @@ __all__ = [
     "fused_batch_norm_grad",
     "fused_batch_norm_grad_v2",
     "fused_batch_norm_grad_v3",
+    "get_include",
     "library_path",
     "load_library",
     *_LAZY,

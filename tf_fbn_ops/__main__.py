@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import shlex
 import sys
 
 from tf_fbn_ops import __version__, _loader
@@ -18,7 +19,9 @@ def _build_summary() -> str:
     from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
 
     device = "CPU and CUDA" if getattr(_build_info, "CUDA", False) else "CPU only"
-    return f"library built for TensorFlow {built}, {device}"
+    no_xla = _loader.xla_missing_reason()
+    xla = "XLA lowerings" if no_xla is None else f"no XLA lowerings ({no_xla})"
+    return f"library built for TensorFlow {built}, {device}, {xla}"
 
 
 def _info() -> int:
@@ -43,6 +46,16 @@ def _info() -> int:
     return 0
 
 
+def _cc_flags(cflags: bool, libs: bool) -> int:
+    """Prints the flags of a C++ graph-API program on one line, for $(...) in a shell."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from tf_fbn_ops import cc_flags  # noqa: PLC0415 - imports TensorFlow
+
+    flags = (cc_flags.compile_flags() if cflags else []) + (cc_flags.link_flags() if libs else [])
+    print(" ".join(shlex.quote(f) for f in flags))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m tf_fbn_ops",
@@ -61,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
         "bench", add_help=False,
         help="the CPU benchmark harness: the shim against TensorFlow (Eigen and oneDNN), "
              "PyTorch and a streaming kernel ('bench --help' for its options)")
+    cc_flags = commands.add_parser(
+        "cc-flags", help="print the compiler and linker flags of a C++ program that builds "
+                         "graphs with the shim's ops (#include \"tf_fbn_ops/ops.h\")",
+        description="Prints TensorFlow's compile flags plus the shim's include folder "
+                    "(--cflags), TensorFlow's C++ libraries plus the op library (--libs), or "
+                    "both.")
+    cc_flags.add_argument("--cflags", action="store_true", help="compile flags only")
+    cc_flags.add_argument("--libs", action="store_true", help="link flags only")
     commands.add_parser(
         "info", help="print the package, TensorFlow and build versions and whether the library "
                      "loads (exit status 1 if it does not)",
@@ -82,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "info":
         return _info()
+    if args.command == "cc-flags":
+        return _cc_flags(cflags=args.cflags or not args.libs, libs=args.libs or not args.cflags)
     parser.print_help()
     return 2
 

@@ -70,6 +70,19 @@ def built_tensorflow_version() -> str | None:
     return _build_info.TF_VERSION
 
 
+def xla_missing_reason() -> str | None:
+    """Why the library has no XLA lowerings (jit_compile=True then fails on the shim's ops), or
+    None when it has them."""
+    try:
+        from tf_fbn_ops import _build_info  # noqa: PLC0415
+    except ImportError:
+        return "the library is not built"
+    if getattr(_build_info, "XLA", False):
+        return None
+    # Libraries built before the lowerings existed record nothing about XLA.
+    return getattr(_build_info, "XLA_MISSING_REASON", None) or "built without XLA lowerings"
+
+
 def load_library() -> ModuleType:
     """Loads the op library (first call only) and returns its generated op module.
 

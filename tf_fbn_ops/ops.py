@@ -2,16 +2,38 @@
 
 Each function returns the op's namedtuple of outputs (``x_backprop``, ``scale_backprop``,
 ``offset_backprop`` and two unused placeholders of shape ``[0]``) and works in eager mode, inside
-``tf.function`` and in ``tf.compat.v1`` graphs.
+``tf.function`` (``jit_compile=True`` included: the library has XLA lowerings) and in
+``tf.compat.v1`` graphs.
+
+Nodes built in a graph carry ``_XlaCompile=False``: XLA's auto-clustering
+(``tf.config.optimizer.set_jit``, ``TF_XLA_FLAGS=--tf_xla_auto_jit=...``) then leaves them to the
+shim's kernels, which run many times faster on CPU than the compiled lowering (see the README).
+``jit_compile=True`` ignores the attribute and compiles them with the rest of the function.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from tf_fbn_ops._loader import load_library
 
 TensorLike = Any  # a tf.Tensor, or anything tf.convert_to_tensor accepts
+
+
+@contextlib.contextmanager
+def _outside_auto_clusters() -> Iterator[None]:
+    """Marks the graph nodes created inside with ``_XlaCompile=False`` (nothing when eager)."""
+    import tensorflow as tf  # noqa: PLC0415 - loaded by load_library() before any call
+    from tensorflow.core.framework import attr_value_pb2  # noqa: PLC0415
+
+    if tf.executing_eagerly():
+        yield
+        return
+    graph = tf.compat.v1.get_default_graph()
+    with graph._attr_scope({"_XlaCompile": attr_value_pb2.AttrValue(b=False)}):  # noqa: SLF001
+        yield
 
 
 def fused_batch_norm_grad(
@@ -44,10 +66,12 @@ def fused_batch_norm_grad(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
     """
-    return load_library().fbn_fused_batch_norm_grad(
-        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
-        is_training=is_training, name=name)
+    library = load_library()
+    with _outside_auto_clusters():
+        return library.fbn_fused_batch_norm_grad(
+            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+            reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+            is_training=is_training, name=name)
 
 
 def fused_batch_norm_grad_v2(
@@ -68,10 +92,12 @@ def fused_batch_norm_grad_v2(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
     """
-    return load_library().fbn_fused_batch_norm_grad_v2(
-        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
-        is_training=is_training, name=name)
+    library = load_library()
+    with _outside_auto_clusters():
+        return library.fbn_fused_batch_norm_grad_v2(
+            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+            reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+            is_training=is_training, name=name)
 
 
 def fused_batch_norm_grad_v3(
@@ -92,7 +118,9 @@ def fused_batch_norm_grad_v3(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_4, reserve_space_5)``.
     """
-    return load_library().fbn_fused_batch_norm_grad_v3(
-        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-        reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
-        data_format=data_format, is_training=is_training, name=name)
+    library = load_library()
+    with _outside_auto_clusters():
+        return library.fbn_fused_batch_norm_grad_v3(
+            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+            reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
+            data_format=data_format, is_training=is_training, name=name)

@@ -1,8 +1,10 @@
 """Parity smoke test against the installed TensorFlow's tf.raw_ops (run by tools/tf_matrix.py
 in each version's environment; needs only NumPy and TensorFlow): all three ops, float32 and
 float16/bfloat16, NHWC and NCHW, training and inference. A case passes when the shim's error
-against a float64 oracle is at most TensorFlow's plus one unit of the output type. Prints
-"SMOKE passed/total" and exits non-zero on any failure.
+against a float64 oracle is at most TensorFlow's plus one unit of the output type. Where the
+loaded library has XLA lowerings, every case runs once more under tf.function(jit_compile=True)
+with the same bound. Prints "SMOKE passed/total" and "XLA passed/total" (or "XLA none") and exits
+non-zero on any failure.
 
 Usage: python tf_matrix_smoke.py [LIBRARY.so]  (a library built elsewhere, e.g. by Bazel)
 """
@@ -26,7 +28,17 @@ OPS = [("V1", ("float32",)), ("V2", ("float32", "float16", "bfloat16")),
        ("V3", ("float32", "float16", "bfloat16"))]
 
 
-def run_case(op, dtype, data_format, is_training, rng):
+def has_xla_lowerings() -> bool:
+    """Whether the loaded library registered kernels for XLA's CPU device (asked of TensorFlow's
+    kernel registry, so it holds for a library built by Bazel too)."""
+    from tensorflow.python.framework import kernels
+
+    tf_fbn_ops.load_library()
+    registered = kernels.get_registered_kernels_for_op("FbnFusedBatchNormGradV3").kernel
+    return any(k.device_type == "XLA_CPU_JIT" for k in registered)
+
+
+def run_case(op, dtype, data_format, is_training, rng, jit=False):
     shape = (4, 6, 5, 8) if data_format == "NHWC" else (4, 8, 6, 5)
     kwargs = {"y_backprop": tf.cast(rng.standard_normal(shape), dtype),
               "x": tf.cast(rng.standard_normal(shape) * 2 + 0.5, dtype),
@@ -40,7 +52,8 @@ def run_case(op, dtype, data_format, is_training, rng):
             "V3": tf_fbn_ops.fused_batch_norm_grad_v3}[op]
     builtin = getattr(tf.raw_ops, {"V1": "FusedBatchNormGrad", "V2": "FusedBatchNormGradV2",
                                    "V3": "FusedBatchNormGradV3"}[op])
-    ours = shim(**kwargs, **attrs)
+    ours = (tf.function(lambda: shim(**kwargs, **attrs), jit_compile=True)() if jit
+            else shim(**kwargs, **attrs))
     as64 = lambda t: tf.cast(t, tf.float32).numpy().astype(np.float64)  # noqa: E731
     oracle = reference.batch_norm_grad(*(as64(kwargs[k]) for k in (
         "y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2")), 1e-3, data_format,
@@ -56,27 +69,32 @@ def run_case(op, dtype, data_format, is_training, rng):
         allowed = UNIT[out_dtype] * magnitude * 4 if theirs is None else \
             np.max(np.abs(as64(theirs[i]) - oracle[i])) + UNIT[out_dtype] * magnitude
         if not error <= allowed:
-            return f"{op} {dtype} {data_format} training={is_training} output {i}: " \
+            return f"{op} {dtype} {data_format} training={is_training} jit={jit} output {i}: " \
                    f"error {error:.3g} > {allowed:.3g}"
     return None
 
 
 def main() -> int:
-    rng = np.random.default_rng(0)
-    failures, total = [], 0
+    xla = has_xla_lowerings()
+    failures = {False: [], True: []}
+    total = 0
     for op, dtypes in OPS:
         for dtype in dtypes:
             for data_format in ("NHWC", "NCHW"):
                 for is_training in (True, False):
                     total += 1
-                    failure = run_case(op, dtype, data_format, is_training, rng)
-                    if failure:
-                        failures.append(failure)
-    for failure in failures:
+                    for jit in (False, True) if xla else (False,):
+                        # The same inputs with and without jit.
+                        rng = np.random.default_rng(total)
+                        failure = run_case(op, dtype, data_format, is_training, rng, jit)
+                        if failure:
+                            failures[jit].append(failure)
+    for failure in failures[False] + failures[True]:
         print("FAIL", failure)
     print(f"library {tf_fbn_ops.library_path()}")
-    print(f"SMOKE {total - len(failures)}/{total} TensorFlow {tf.__version__}")
-    return 1 if failures else 0
+    print(f"SMOKE {total - len(failures[False])}/{total} TensorFlow {tf.__version__}")
+    print(f"XLA {total - len(failures[True])}/{total}" if xla else "XLA none")
+    return 1 if failures[False] or failures[True] else 0
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 #define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_KERNEL_H_
 
 #include "cc/core/bn_grad.h"
+#include "cc/kernels/fbn_grad_registration.h"
 #include "cc/kernels/fbn_grad_validation.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor.h"
@@ -57,8 +58,9 @@ class FbnFusedBatchNormGradOp : public OpKernel {
     fbn::Params params;
     params.epsilon = attrs_.epsilon;
     params.is_training = attrs_.is_training;
-    const Status valid = ValidateGradInputs(y_backprop, x, scale, reserve_space_1,
-                                            reserve_space_2, attrs_, &params.shape);
+    const Status valid =
+        ValidateGradInputs(y_backprop.shape(), x.shape(), scale.shape(), reserve_space_1.shape(),
+                           reserve_space_2.shape(), attrs_, &params.shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
 
     // x_backprop always gets x's shape (TF returns a 4-D one for an empty 5-D x: a bug).
@@ -88,28 +90,6 @@ class FbnFusedBatchNormGradOp : public OpKernel {
  private:
   GradAttrs attrs_;
 };
-
-// Registers the three ops on one device, for the same types as TensorFlow's: V1 for float; V2
-// and V3 for float, half and bfloat16, with U = float.
-#define FBN_REGISTER_GRAD_KERNELS(DEVICE_NAME, DeviceTag)                                       \
-  REGISTER_KERNEL_BUILDER(                                                                 \
-      Name("FbnFusedBatchNormGrad").Device(DEVICE_NAME).TypeConstraint<float>("T"),        \
-      ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, float>);                  \
-  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, float);                                          \
-  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, Eigen::half);                                    \
-  FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, Eigen::bfloat16)
-
-#define FBN_REGISTER_V2_V3(DEVICE_NAME, DeviceTag, T)                                           \
-  REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGradV2")                                  \
-                              .Device(DEVICE_NAME)                                         \
-                              .TypeConstraint<T>("T")                                      \
-                              .TypeConstraint<float>("U"),                                 \
-                          ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, T>);  \
-  REGISTER_KERNEL_BUILDER(Name("FbnFusedBatchNormGradV3")                                  \
-                              .Device(DEVICE_NAME)                                         \
-                              .TypeConstraint<T>("T")                                      \
-                              .TypeConstraint<float>("U"),                                 \
-                          ::tensorflow::fbn_kernels::FbnFusedBatchNormGradOp<DeviceTag, T>)
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

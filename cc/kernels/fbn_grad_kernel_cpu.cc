@@ -16,7 +16,10 @@ struct BatchNormGradFunctor<CPUDevice, T> {
   }
 };
 
-FBN_REGISTER_GRAD_KERNELS(DEVICE_CPU, CPUDevice);
+template <typename T>
+using CpuGradOp = FbnFusedBatchNormGradOp<CPUDevice, T>;
+
+FBN_REGISTER_GRAD_KERNELS(DEVICE_CPU, CpuGradOp);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

@@ -40,7 +40,10 @@ struct BatchNormGradFunctor<GpuDevice, T> {
   }
 };
 
-FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuDevice);
+template <typename T>
+using GpuGradOp = FbnFusedBatchNormGradOp<GpuDevice, T>;
+
+FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

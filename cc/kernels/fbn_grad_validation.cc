@@ -9,10 +9,10 @@ namespace fbn_kernels {
 namespace {
 
 // "got A and B" checks of the per-channel inputs against the channel count of x.
-Status CheckChannels(const char* name, const Tensor& t, int64_t channels) {
-  if (t.NumElements() == channels) return OkStatus();
+Status CheckChannels(const char* name, const TensorShape& t, int64_t channels) {
+  if (t.num_elements() == channels) return OkStatus();
   return errors::InvalidArgument(
-      name, " must have the same number of elements as the channels of x, got ", t.NumElements(),
+      name, " must have the same number of elements as the channels of x, got ", t.num_elements(),
       " and ", channels);
 }
 
@@ -32,29 +32,30 @@ Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
   return ctx->GetAttr("is_training", &attrs->is_training);
 }
 
-Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
-                                const Tensor& reserve_space_1, const Tensor& reserve_space_2,
-                                const GradAttrs& attrs, fbn::Shape* shape) {
-  for (const Tensor* t : {&y_backprop, &x}) {
+Status ValidateGradInputs(const TensorShape& y_backprop, const TensorShape& x,
+                          const TensorShape& scale, const TensorShape& reserve_space_1,
+                          const TensorShape& reserve_space_2, const GradAttrs& attrs,
+                          fbn::Shape* shape) {
+  for (const TensorShape* t : {&y_backprop, &x}) {
     if (t->dims() != 4 && t->dims() != 5) {
-      return errors::InvalidArgument("input must be 4 or 5-dimensional", t->shape().DebugString());
+      return errors::InvalidArgument("input must be 4 or 5-dimensional", t->DebugString());
     }
   }
   if (scale.dims() != 1) {
-    return errors::InvalidArgument("scale must be 1-dimensional", scale.shape().DebugString());
+    return errors::InvalidArgument("scale must be 1-dimensional", scale.DebugString());
   }
   if (reserve_space_1.dims() != 1) {
     return errors::InvalidArgument("saved mean must be 1-dimensional",
-                           reserve_space_1.shape().DebugString());
+                                   reserve_space_1.DebugString());
   }
   if (reserve_space_2.dims() != 1) {
     return errors::InvalidArgument("saved variance must be 1-dimensional",
-                           reserve_space_2.shape().DebugString());
+                                   reserve_space_2.DebugString());
   }
-  if (x.shape() != y_backprop.shape()) {
+  if (x != y_backprop) {
     return errors::InvalidArgument("x and y_backprop must have same shape, but x has shape ",
-                           x.shape().DebugString(), " and y_backprop has shape ",
-                           y_backprop.shape().DebugString());
+                                   x.DebugString(), " and y_backprop has shape ",
+                                   y_backprop.DebugString());
   }
 
   // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.
@@ -65,7 +66,7 @@ Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tenso
   // An empty x may have dims whose product overflows int64 (TensorShape allows [0, 2^62, 2^62, 1]);
   // the core only needs spatial when there is data, so leave it 0 then.
   shape->spatial = 0;
-  if (x.NumElements() > 0) {
+  if (x.num_elements() > 0) {
     shape->spatial = 1;
     for (int d = 1; d < x.dims(); ++d) {
       if (d != channel_dim) shape->spatial *= x.dim_size(d);

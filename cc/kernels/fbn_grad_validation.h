@@ -6,7 +6,7 @@
 
 #include "cc/core/bn_grad.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
@@ -20,12 +20,14 @@ struct GradAttrs {
 
 Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
 
-// Validates the five inputs TensorFlow validates (reserve_space_3 of V3 is never examined, as in
-// TensorFlow) and, on success, describes x for the core. The layout is keyed on x's rank, not on
-// the data_format string: a 5-D x is NDHWC/NCDHW whatever 4-D name the format has, as in TF.
-Status ValidateGradInputs(const Tensor& y_backprop, const Tensor& x, const Tensor& scale,
-                                const Tensor& reserve_space_1, const Tensor& reserve_space_2,
-                                const GradAttrs& attrs, fbn::Shape* shape);
+// Validates the shapes of the five inputs TensorFlow validates (reserve_space_3 of V3 is never
+// examined, as in TensorFlow) and, on success, describes x for the core. The layout is keyed on
+// x's rank, not on the data_format string: a 5-D x is NDHWC/NCDHW whatever 4-D name the format
+// has, as in TF. Shapes only, so the XLA kernel runs the same checks at compile time.
+Status ValidateGradInputs(const TensorShape& y_backprop, const TensorShape& x,
+                          const TensorShape& scale, const TensorShape& reserve_space_1,
+                          const TensorShape& reserve_space_2, const GradAttrs& attrs,
+                          fbn::Shape* shape);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

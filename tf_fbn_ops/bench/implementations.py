@@ -45,8 +45,17 @@ GROUPS: dict[str, Group] = {
     "tf_eigen": Group("tf_eigen", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "0"}, ("tf_eigen",)),
     "torch": Group("torch", "torch", {}, ("torch",)),
     "stream": Group("stream", None, {}, ("stream",)),
+    # The op compiled alone by XLA (jit_compile=True): the shim's lowering and TensorFlow's.
+    # Their own process, so that XLA's compiled code and thread use stay out of the others'.
+    "tf_xla": Group("tf_xla", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "1"},
+                    ("shim_xla", "tf_xla")),
 }
-IMPLEMENTATIONS: tuple[str, ...] = ("shim", "tf_eigen", "tf_onednn", "torch", "stream")
+IMPLEMENTATIONS: tuple[str, ...] = ("shim", "tf_eigen", "tf_onednn", "torch", "stream",
+                                    "shim_xla", "tf_xla")
+# What a run times unless --impls says otherwise; the XLA ones answer one question (should the
+# shim's ops join XLA clusters?) and are asked for by name.
+DEFAULT_IMPLEMENTATIONS: tuple[str, ...] = ("shim", "tf_eigen", "tf_onednn", "torch", "stream")
+XLA_IMPLEMENTATIONS: tuple[str, ...] = ("shim_xla", "tf_xla")
 GROUP_OF: dict[str, str] = {impl: g.name for g in GROUPS.values() for impl in g.implementations}
 
 
@@ -103,7 +112,7 @@ def first_line(error: BaseException) -> str:
 
 def _tf_op(name: str) -> Callable[..., Any]:
     """The V3 op of an implementation: the shim's public wrapper, or TensorFlow's raw op."""
-    if name == "shim":
+    if name in ("shim", "shim_xla"):
         import tf_fbn_ops  # noqa: PLC0415 - imported with TensorFlow, in the worker only
 
         return tf_fbn_ops.fused_batch_norm_grad_v3
@@ -147,6 +156,18 @@ def _tf_chain(op: Callable[..., Any], kwargs: dict) -> Callable[[Any], Any]:
 
 def _tf_aggregates(outputs: Any) -> dict:
     return aggregates(outputs[0].numpy(), outputs[1].numpy(), outputs[2].numpy())
+
+
+def prepare_xla(name: str, case: Case, inputs: Inputs) -> Runner:
+    """One call of the op compiled by XLA per invocation; compiled here, before any timing.
+    No chained variant: XLA would fuse the chain into something other than 20 calls."""
+    import tensorflow as tf  # noqa: PLC0415
+
+    op = _tf_op(name)
+    dy, kwargs = _tf_kwargs(case, inputs)
+    compiled = tf.function(lambda dy: op(y_backprop=dy, **kwargs), jit_compile=True)
+    compiled(dy)
+    return Runner({EAGER: lambda: compiled(dy)}, {EAGER: 1}, _tf_aggregates)
 
 
 def prepare_tensorflow(name: str, case: Case, inputs: Inputs) -> Runner:
@@ -247,6 +268,8 @@ def prepare(name: str, case: Case, inputs: Inputs, stream_library: Any = None) -
     """
     if name in ("shim", "tf_onednn", "tf_eigen"):
         return prepare_tensorflow(name, case, inputs)
+    if name in XLA_IMPLEMENTATIONS:
+        return prepare_xla(name, case, inputs)
     if name == "torch":
         return prepare_torch(case, inputs)
     if name == "stream":

@@ -16,7 +16,12 @@ from pathlib import Path
 from tf_fbn_ops.bench import cases as case_list
 from tf_fbn_ops.bench import machine, native_build, report, streaming
 from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.implementations import GROUP_OF, GROUPS, IMPLEMENTATIONS
+from tf_fbn_ops.bench.implementations import (
+    DEFAULT_IMPLEMENTATIONS,
+    GROUP_OF,
+    GROUPS,
+    IMPLEMENTATIONS,
+)
 from tf_fbn_ops.bench.plot import plot
 from tf_fbn_ops.bench.pool import Pool
 from tf_fbn_ops.bench.rows import build_row
@@ -62,9 +67,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--filter", help="regular expression (or substring) on case names such "
                                          "as 32x56x56x64-NCHW-train-float32")
-    parser.add_argument("--impls", type=_impl_list, default=list(IMPLEMENTATIONS),
-                        help="comma-separated implementations (default "
-                             f"{','.join(IMPLEMENTATIONS)})")
+    parser.add_argument("--impls", type=_impl_list, default=list(DEFAULT_IMPLEMENTATIONS),
+                        help="comma-separated implementations, from "
+                             f"{','.join(IMPLEMENTATIONS)} (default "
+                             f"{','.join(DEFAULT_IMPLEMENTATIONS)}); shim_xla and tf_xla are "
+                             "the op compiled alone by XLA")
     parser.add_argument("--quick", action="store_true",
                         help="tiny subset: 1x8x8x32 and 32x14x14x256, NHWC/NCHW float32 "
                              f"training, {QUICK_ROUNDS} rounds")
@@ -116,7 +123,7 @@ def _versions(hellos: dict) -> dict:
 
 def _check_onednn(hellos: dict) -> None:
     """Warns if TF's oneDNN setting is not what the worker's label says."""
-    expected = {"tf_default": True, "tf_eigen": False}
+    expected = {"tf_default": True, "tf_eigen": False, "tf_xla": True}
     for name, hello in hellos.items():
         group = name.split("/")[0]
         if isinstance(hello, dict) and group in expected:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tf_fbn_ops.bench.cases import SHORT_DTYPE
-from tf_fbn_ops.bench.implementations import CHAINED
+from tf_fbn_ops.bench.implementations import CHAINED, XLA_IMPLEMENTATIONS
 from tf_fbn_ops.bench.targets import count
 
 OTHERS = ("tf_eigen", "tf_onednn", "torch")
@@ -19,6 +19,9 @@ HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs (±IQR)
            "tf_onednn", "torch", "stream", "eigen/shim", "onednn/shim", "torch/shim",
            "%stream", "GB/s", "check")
 LEFT_ALIGNED = 4  # the first columns are text
+# The XLA table (only when an XLA implementation ran): each compiled op against the shim's kernel.
+XLA_HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs", "shim_xla",
+               "tf_xla", "shim_xla/shim", "tf_xla/shim")
 
 
 def fmt_us(value: float) -> str:
@@ -81,6 +84,12 @@ def row_cells(row: dict) -> list[str]:
             "-" if pct is None else f"{pct:.0f}%",
             "-" if gbps is None else f"{gbps:.1f}",
             check_cell(row)]
+
+
+def xla_row_cells(row: dict) -> list[str]:
+    return [*row_cells(row)[:6], impl_cell(row, "shim"),
+            *(impl_cell(row, n) for n in XLA_IMPLEMENTATIONS),
+            *(fmt_ratio(row["ratios"].get(n)) for n in XLA_IMPLEMENTATIONS)]
 
 
 def text_table(headers: Iterable[str], rows: list[list[str]], left: int = LEFT_ALIGNED) -> str:
@@ -221,6 +230,11 @@ def render(rows: list[dict], meta: dict, markdown: bool) -> str:
     for threads, group in _by_threads(rows).items():
         out += [f"## {threads} thread(s)" if markdown else f"threads = {threads}", ""]
         out += [table(HEADERS, [row_cells(r) for r in group]), ""]
+    xla_rows = [r for r in rows if any(n in r["impls"] for n in XLA_IMPLEMENTATIONS)]
+    if xla_rows:
+        title = "Under XLA: the op compiled alone (jit_compile=True) vs the shim's kernel"
+        out += [f"## {title}" if markdown else title, ""]
+        out += [table(XLA_HEADERS, [xla_row_cells(r) for r in xla_rows]), ""]
     out += [LEGEND if markdown else textwrap.fill(LEGEND, width=100), ""]
     notes = unavailable_lines(rows)
     if notes:

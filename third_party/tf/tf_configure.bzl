@@ -2,28 +2,63 @@
 
 Everything comes from tf.sysconfig of the interpreter in PYTHON_BIN_PATH (python3 on PATH
 otherwise): include and library folders, and the -D flags of get_compile_flags(), as setup.py
-uses them. Also writes version.bzl with TF_VERSION, for the build-info file.
+uses them. Whether the XLA lowerings can be built is setup.py's own answer (its xla_support(),
+which also honours TF_FBN_OPS_XLA); where they can, `xla` carries libtensorflow_cc and the include
+folders tf2xla's headers reach. Also writes version.bzl with TF_VERSION and XLA (True when `xla`
+is real).
 """
 
+_XLA_LIBRARY = "libtensorflow_cc.so.2"
+
 _PROBE = """
+import os, shlex, sys
+from pathlib import Path
 import tensorflow as tf
+sys.path.insert(0, sys.argv[1])
+import setup
+xla_cflags, _, no_xla_reason = setup.xla_support(
+    Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()),
+    shlex.split(os.environ.get("CXX", "g++")), tf.sysconfig.get_compile_flags())
+print("TF_CONFIGURE_PROBE")  # the six lines after it are the answer
 print(tf.sysconfig.get_include())
 print(tf.sysconfig.get_lib())
 print(tf.__version__)
 print(" ".join(f for f in tf.sysconfig.get_compile_flags() if f.startswith("-D")))
+print(no_xla_reason or "")
+print(" ".join(f[len("-I" + tf.sysconfig.get_include() + "/"):] for f in xla_cflags))
 """
 
 def _tf_configure_impl(rctx):
     python = rctx.os.environ.get("PYTHON_BIN_PATH") or rctx.which("python3")
     if not python:
         fail("tf_configure: set --repo_env=PYTHON_BIN_PATH to a Python with TensorFlow")
-    result = rctx.execute([python, "-c", _PROBE], environment = {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    root = str(rctx.path(Label("//:setup.py")).dirname)
+    result = rctx.execute([python, "-c", _PROBE, root],
+                          environment = {"TF_CPP_MIN_LOG_LEVEL": "3"})
     if result.return_code != 0:
         fail("tf_configure: %s could not import TensorFlow:\n%s" % (python, result.stderr))
-    include, lib, version, defines = result.stdout.strip().splitlines()[-4:]
+    lines = result.stdout.split("\n")
+    start = lines.index("TF_CONFIGURE_PROBE") + 1
+    include, lib, version, defines, no_xla_reason, xla_subdirs = lines[start:start + 6]
     rctx.symlink(include, "include")
     rctx.symlink(lib + "/libtensorflow_framework.so.2", "libtensorflow_framework.so.2")
-    rctx.file("version.bzl", "TF_VERSION = %r\n" % version)
+    has_xla = not no_xla_reason
+    if has_xla:
+        rctx.symlink(lib + "/" + _XLA_LIBRARY, _XLA_LIBRARY)
+        xla_library = """
+cc_library(
+    name = "xla",
+    srcs = ["%s"],
+    includes = %r,
+    deps = [":tf_header_lib"],
+)
+""" % (_XLA_LIBRARY, ["include/" + d for d in xla_subdirs.split(" ") if d])
+    else:
+        xla_library = """
+# No XLA lowerings: %s
+cc_library(name = "xla")
+""" % no_xla_reason
+    rctx.file("version.bzl", "TF_VERSION = %r\nXLA = %r\n" % (version, has_xla))
     rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
 
@@ -39,10 +74,10 @@ cc_library(
     name = "libtensorflow_framework",
     srcs = ["libtensorflow_framework.so.2"],
 )
-""" % [d[2:] for d in defines.split(" ") if d])
+""" % [d[2:] for d in defines.split(" ") if d] + xla_library)
 
 tf_configure = repository_rule(
     implementation = _tf_configure_impl,
-    environ = ["PYTHON_BIN_PATH"],
+    environ = ["PYTHON_BIN_PATH", "CXX", "TF_FBN_OPS_XLA"],
     local = True,
 )
