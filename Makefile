@@ -111,7 +111,7 @@ gpu-emu-test: $(GPU_EMU_TEST)
 
 # The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
 # each built with the flags `python -m tf_fbn_ops cc-flags` gives users.
-GRAPH_API_BUILD = mkdir -p build && $(CXX) -O1 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
+GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
                   -Wno-interference-size $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
                   $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
 
