@@ -1,16 +1,13 @@
 """The public Python API: signatures, outputs, loading, and the three execution modes."""
 
 import inspect
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tf_fbn_ops
+from fresh_process import run_python
 
 PAIRS = [(tf_fbn_ops.fused_batch_norm_grad, tf.raw_ops.FusedBatchNormGrad),
          (tf_fbn_ops.fused_batch_norm_grad_v2, tf.raw_ops.FusedBatchNormGradV2),
@@ -83,16 +80,11 @@ def test_tf1_graph_and_session() -> None:
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
 
 
-def _run_python(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=300)
-
 
 def test_import_is_lazy() -> None:
     """`import tf_fbn_ops` alone imports neither TensorFlow nor the library; importing
     TensorFlow afterwards loads it (so saved graphs with shim ops can be loaded at once)."""
-    result = _run_python("""
+    result = run_python("""
         import sys
         import tf_fbn_ops, tf_fbn_ops._loader as loader
         assert "tensorflow" not in sys.modules, "TensorFlow imported by tf_fbn_ops"
@@ -106,7 +98,7 @@ def test_import_is_lazy() -> None:
 
 def test_version_mismatch_names_both_versions() -> None:
     # The automatic load when TensorFlow is imported warns; every use raises.
-    result = _run_python("""
+    result = run_python("""
         import tf_fbn_ops._build_info as info
         info.TF_VERSION = "2.12.0"
         import tensorflow as tf
@@ -124,7 +116,7 @@ def test_version_mismatch_names_both_versions() -> None:
 def test_version_mismatch_warns_at_import_in_either_order() -> None:
     for imports in ("import tensorflow as tf\nimport tf_fbn_ops",
                     "import tf_fbn_ops\nimport tensorflow as tf"):
-        result = _run_python(f"""
+        result = run_python(f"""
             import tf_fbn_ops._build_info as info
             info.TF_VERSION = "2.12.0"
             {imports.replace(chr(10), chr(10) + " " * 12)}
@@ -139,7 +131,7 @@ def test_version_mismatch_warns_at_import_in_either_order() -> None:
 def test_library_path_is_checked_once_tensorflow_is_imported() -> None:
     """The README's tf.load_op_library(tf_fbn_ops.library_path()) gets our error, not an
     undefined symbol, when the library was built for another TensorFlow."""
-    result = _run_python("""
+    result = run_python("""
         import warnings
         warnings.simplefilter("ignore")
         import tf_fbn_ops, tf_fbn_ops._build_info as info
@@ -156,7 +148,7 @@ def test_library_path_is_checked_once_tensorflow_is_imported() -> None:
 
 
 def test_matching_library_loads_without_warning() -> None:
-    result = _run_python("""
+    result = run_python("""
         import warnings
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -3,10 +3,6 @@ fused BatchNormalization), GraphDef rewriting, and SavedModels in fresh processe
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,6 +10,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 import tf_fbn_ops
+from fresh_process import run_python
 from keras2_training import KERAS_TOLERANCE, train_keras2_cnn
 from tf_fbn_ops import reference
 
@@ -260,21 +257,16 @@ LOAD = """
 """
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=300)
-
 
 def test_saved_model_reloads_in_a_fresh_process(tmp_path) -> None:
-    saved = _python(SAVE.format(dir=tmp_path))
+    saved = run_python(SAVE.format(dir=tmp_path))
     assert saved.returncode == 0, saved.stderr[-2000:]
     for imports in ("import tensorflow as tf\n    import tf_fbn_ops",
                     "import tf_fbn_ops\n    import tensorflow as tf"):
-        loaded = _python(LOAD.format(dir=tmp_path, imports=imports))
+        loaded = run_python(LOAD.format(dir=tmp_path, imports=imports))
         assert "LOADED AND RAN" in loaded.stdout, loaded.stderr[-2000:]
     # Without the library TensorFlow cannot know the op; its error names it, and the README
     # says which package provides it.
-    missing = _python(LOAD.format(dir=tmp_path, imports="import tensorflow as tf"))
+    missing = run_python(LOAD.format(dir=tmp_path, imports="import tensorflow as tf"))
     assert missing.returncode != 0
     assert "Op type not registered 'FbnFusedBatchNormGradV3'" in missing.stderr

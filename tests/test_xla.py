@@ -5,11 +5,7 @@ step, functions traced before, SavedModels, second-order gradients, bad shapes).
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -17,6 +13,7 @@ import tensorflow as tf
 
 import tf_fbn_ops
 from cases import LARGE_SHAPE, Case, make_inputs, parity_cases
+from fresh_process import run_python
 from parity import assert_parity, sum_rtol, ulp
 from tf_calls import BUILTIN, SHIM, _kwargs, run_oracle, run_shim, run_tf
 from tf_fbn_ops import _loader
@@ -239,16 +236,11 @@ LOAD_UNDER_JIT = """
 """
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=env, timeout=300)
-
 
 def test_saved_model_called_under_jit_in_a_fresh_process(tmp_path) -> None:
-    saved = _python(SAVE.format(dir=tmp_path))
+    saved = run_python(SAVE.format(dir=tmp_path))
     assert saved.returncode == 0, saved.stderr[-2000:]
-    loaded = _python(LOAD_UNDER_JIT.format(dir=tmp_path))
+    loaded = run_python(LOAD_UNDER_JIT.format(dir=tmp_path))
     assert "COMPILED AND RAN" in loaded.stdout, loaded.stderr[-3000:]
 
 
@@ -288,11 +280,9 @@ def _clusters(dump_dir) -> dict[str, set]:
 def test_auto_clustering_leaves_the_ops_to_the_kernels(tmp_path) -> None:
     """With XLA auto-clustering on for the CPU, the element-wise ops around a shim op are
     compiled and the shim op runs its kernel (the nodes carry _XlaCompile=False)."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_DUMP_GRAPH_PREFIX=str(tmp_path),
-               TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit "
-                            "--tf_xla_clustering_debug")
-    run = subprocess.run([sys.executable, "-c", textwrap.dedent(AUTO_CLUSTERED)],
-                         capture_output=True, text=True, env=env, timeout=300)
+    run = run_python(AUTO_CLUSTERED, TF_DUMP_GRAPH_PREFIX=str(tmp_path),
+                     TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit "
+                                  "--tf_xla_clustering_debug")
     assert "RAN" in run.stdout, run.stderr[-3000:]
     clusters = _clusters(tmp_path)
     assert clusters, "no clustering dump holds the shim op"

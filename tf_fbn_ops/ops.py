@@ -13,8 +13,6 @@ shim's kernels, which run many times faster on CPU than the compiled lowering (s
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from tf_fbn_ops._loader import load_library
@@ -22,18 +20,18 @@ from tf_fbn_ops._loader import load_library
 TensorLike = Any  # a tf.Tensor, or anything tf.convert_to_tensor accepts
 
 
-@contextlib.contextmanager
-def _outside_auto_clusters() -> Iterator[None]:
-    """Marks the graph nodes created inside with ``_XlaCompile=False`` (nothing when eager)."""
-    import tensorflow as tf  # noqa: PLC0415 - loaded by load_library() before any call
+def _call_op(op_name: str, **kwargs: Any) -> NamedTuple:
+    """Runs the library's op `op_name` (eagerly) or adds it to the graph, where the node gets
+    ``_XlaCompile=False`` so that auto-clustering leaves it to the kernels."""
+    op = getattr(load_library(), op_name)
+    import tensorflow as tf  # noqa: PLC0415 - loaded by load_library() above
     from tensorflow.core.framework import attr_value_pb2  # noqa: PLC0415
 
     if tf.executing_eagerly():
-        yield
-        return
+        return op(**kwargs)
     graph = tf.compat.v1.get_default_graph()
     with graph._attr_scope({"_XlaCompile": attr_value_pb2.AttrValue(b=False)}):  # noqa: SLF001
-        yield
+        return op(**kwargs)
 
 
 def fused_batch_norm_grad(
@@ -66,12 +64,11 @@ def fused_batch_norm_grad(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
     """
-    library = load_library()
-    with _outside_auto_clusters():
-        return library.fbn_fused_batch_norm_grad(
-            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-            reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
-            is_training=is_training, name=name)
+    return _call_op(
+        "fbn_fused_batch_norm_grad",
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+        is_training=is_training, name=name)
 
 
 def fused_batch_norm_grad_v2(
@@ -92,12 +89,11 @@ def fused_batch_norm_grad_v2(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_3, reserve_space_4)``.
     """
-    library = load_library()
-    with _outside_auto_clusters():
-        return library.fbn_fused_batch_norm_grad_v2(
-            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-            reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
-            is_training=is_training, name=name)
+    return _call_op(
+        "fbn_fused_batch_norm_grad_v2",
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, epsilon=epsilon, data_format=data_format,
+        is_training=is_training, name=name)
 
 
 def fused_batch_norm_grad_v3(
@@ -118,9 +114,8 @@ def fused_batch_norm_grad_v3(
     Returns:
       ``(x_backprop, scale_backprop, offset_backprop, reserve_space_4, reserve_space_5)``.
     """
-    library = load_library()
-    with _outside_auto_clusters():
-        return library.fbn_fused_batch_norm_grad_v3(
-            y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
-            reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
-            data_format=data_format, is_training=is_training, name=name)
+    return _call_op(
+        "fbn_fused_batch_norm_grad_v3",
+        y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
+        reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
+        data_format=data_format, is_training=is_training, name=name)
