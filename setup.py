@@ -336,9 +336,9 @@ if __name__ == "__main__":  # setuptools runs this file as a script; tests impor
     require_tensorflow_for(sys.argv[1:])
     setup(
         version=package_version(),
-        # The benchmark harness (python -m tf_fbn_ops bench) ships too, with its C++ streaming
-        # kernel.
-        packages=[PACKAGE, f"{PACKAGE}.bench"],
+        # The Keras 3 layer, and the benchmark harness (python -m tf_fbn_ops bench) with its C++
+        # streaming kernel and the training-step benchmark.
+        packages=[PACKAGE, f"{PACKAGE}.keras", f"{PACKAGE}.bench", f"{PACKAGE}.bench.training"],
         package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"],
                       # The C++ graph API header (tf_fbn_ops.get_include()).
                       PACKAGE: ["include/tf_fbn_ops/*.h"]},

@@ -56,6 +56,31 @@ def test_fused_batch_norm_matches_tensorflow(data_format, is_training, mode) -> 
         np.testing.assert_array_equal(a, b)  # the forward is TensorFlow's own kernel
 
 
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_fused_batch_norm_inference_statistics_gradients(data_format) -> None:
+    """TensorFlow's gradient has none for the population mean and variance; ours equals the
+    unfused computation's (tf.nn.batch_normalization, in float64)."""
+    x, weights, scale, offset = _bn_problem(data_format)
+    mean, variance = tf.constant([0.4, 0.5, 0.6]), tf.constant([3.0, 4.0, 5.0])
+    with tf.GradientTape() as tape:
+        tape.watch([mean, variance])
+        y = tf_fbn_ops.fused_batch_norm(x, scale, offset, mean, variance,
+                                        data_format=data_format, is_training=False)[0]
+        ours = tape.gradient(tf.reduce_sum(y * weights), [mean, variance])
+    channel_shape = [1, 1, 1, 3] if data_format == "NHWC" else [1, 3, 1, 1]
+    as_channels = lambda t: tf.reshape(tf.cast(t, tf.float64), channel_shape)  # noqa: E731
+    mean64, variance64 = tf.cast(mean, tf.float64), tf.cast(variance, tf.float64)
+    with tf.GradientTape() as tape:
+        tape.watch([mean64, variance64])
+        y = tf.nn.batch_normalization(tf.cast(x, tf.float64), as_channels(mean64),
+                                      as_channels(variance64), as_channels(offset),
+                                      as_channels(scale), 0.001)
+        expected = tape.gradient(tf.reduce_sum(y * tf.cast(weights, tf.float64)),
+                                 [mean64, variance64])
+    for a, b in zip(ours, expected):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_fused_batch_norm_backward_is_the_shim() -> None:
     x, weights, scale, offset = _bn_problem("NHWC")
     f = tf.function(lambda: _grads(tf_fbn_ops.fused_batch_norm, x, weights, scale, offset,

@@ -41,6 +41,21 @@ def forward_op_gradient(forward_type: str, grad_y, x, scale, saved_or_population
     return tuple(GRADIENT_OF[forward_type](**kwargs)[:3])
 
 
+def population_statistics_gradient(scale_backprop, offset_backprop, scale, variance,
+                                   epsilon: float):
+    """Gradients of an inference-mode batch norm with respect to its mean and variance.
+
+    TensorFlow's own gradient leaves them out; Keras' unfused layer has them, so a model whose
+    population statistics are differentiated gets the same answer from either. With
+    y = scale * (x - mean) * r + offset and r = (variance + epsilon)^-1/2, both are per-channel
+    rescalings of the other two gradients:
+    d/dmean = -offset_backprop * scale * r and d/dvariance = -scale_backprop * scale * r^2 / 2.
+    """
+    inverse_std = tf.math.rsqrt(variance + epsilon)
+    return (-offset_backprop * scale * inverse_std,
+            -0.5 * scale_backprop * scale * tf.square(inverse_std))
+
+
 def fused_batch_norm(
     x: TensorLike,
     scale: TensorLike,
@@ -57,7 +72,8 @@ def fused_batch_norm(
 
     Same arguments and results: ``(y, batch_mean, batch_variance)`` (in inference mode the given
     mean and variance). Works eagerly, in tf.function and in Keras layers; NCHW/NCDHW work in
-    inference mode too. Gradients flow to x, scale and offset, as with TensorFlow's op.
+    inference mode too. Gradients flow to x, scale and offset, as with TensorFlow's op, and in
+    inference mode to mean and variance as well (TensorFlow's gradient has none for them).
     """
     x = tf.convert_to_tensor(x, name="x")
     scale = tf.convert_to_tensor(scale, name="scale")
@@ -82,7 +98,10 @@ def fused_batch_norm(
             dx, dscale, doffset = forward_op_gradient(
                 "FusedBatchNormV3", grad_y, x, scale, *stats, out.reserve_space_3, epsilon,
                 data_format, is_training)
-            return dx, dscale, doffset, None, None
+            if is_training:  # mean and variance only feed the running averages
+                return dx, dscale, doffset, None, None
+            return (dx, dscale, doffset,
+                    *population_statistics_gradient(dscale, doffset, scale, variance, epsilon))
 
         return (out.y, out.batch_mean, out.batch_variance), backward
 

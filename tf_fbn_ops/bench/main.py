@@ -3,7 +3,8 @@
 Starts every worker once, runs each (case, threads) block in turn, then prints the table and
 writes results.json, results.md and results.png to ``--out``. Progress goes to stderr, the
 report to stdout. The exit status is 1 when a cross-check failed (the timings would compare
-different computations), 2 for bad options, else 0.
+different computations), 2 for bad options, else 0. With ``--training`` the whole command line
+goes to the end-to-end training-step benchmark instead (``tf_fbn_ops.bench.training``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="seconds a worker may take to answer one request (default 600)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("--training", action="store_true",
+                        help="run the end-to-end training-step benchmark instead (Keras 2 and "
+                             "3 models, train_on_batch with and without the shim); "
+                             "'bench --training --help' lists its own options")
     parser.add_argument("--report", type=Path, metavar="RESULTS_JSON",
                         help="measure nothing: re-evaluate the targets of a saved results.json "
                              "and write the table, results.md and results.png to --out")
@@ -186,6 +191,10 @@ def rerender(saved: Path, out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--training" in argv:  # a benchmark of its own, with its own options
+        from tf_fbn_ops.bench.training.main import main as training_main  # noqa: PLC0415
+
+        return training_main(argv)
     args = parse_args(argv)
     if args.report is not None:
         return rerender(args.report, args.out)

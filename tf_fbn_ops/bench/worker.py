@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import resource
 import sys
 import time
 import traceback
@@ -31,6 +30,7 @@ import numpy as np
 from tf_fbn_ops._onednn import onednn_enabled
 from tf_fbn_ops.bench import contention, protocol
 from tf_fbn_ops.bench import implementations as impls
+from tf_fbn_ops.bench.batch_timer import time_batch
 from tf_fbn_ops.bench.cases import Case
 from tf_fbn_ops.bench.inputs import make_inputs
 from tf_fbn_ops.bench.stats import median_ns
@@ -204,29 +204,13 @@ class Worker:
         calls = runner.calls[variant]
         for _ in range(impls.invocations_for(WARMUP_CALLS, calls)):
             function()
-        samples: list[int] = []
-        # A garbage collection inside the batch would be charged to whichever call it hit.
-        gc.disable()
-        busy_before = contention.busy_cpu_s()
-        before = resource.getrusage(resource.RUSAGE_SELF)
-        try:
-            for _ in range(reps):
-                start = time.perf_counter_ns()
-                function()
-                samples.append(time.perf_counter_ns() - start)
-        finally:
-            after = resource.getrusage(resource.RUSAGE_SELF)
-            busy_after = contention.busy_cpu_s()
-            gc.enable()
-        # This process's CPU time (all threads) and involuntary context switches, and the cores
-        # other processes kept busy meanwhile: the evidence of contention (see contention.py).
-        cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-        busy_s = None if busy_before is None or busy_after is None else busy_after - busy_before
-        batch_ns = sum(samples)
-        return {"per_call_ns": median_ns(samples) / calls, "batch_ns": batch_ns,
-                "others_cores": contention.other_cores(busy_s, cpu_s, batch_ns),
-                "involuntary_switches": after.ru_nivcsw - before.ru_nivcsw,
-                "cpu_ns": round(cpu_s * 1e9)}
+        batch = time_batch(function, reps)
+        # The cores other processes kept busy meanwhile are the evidence of contention (see
+        # contention.py); minor faults, of fresh memory touched per call.
+        return {"per_call_ns": median_ns(batch.samples_ns) / calls, "batch_ns": batch.batch_ns,
+                "others_cores": batch.others_cores,
+                "involuntary_switches": batch.involuntary_switches, "cpu_ns": batch.cpu_ns,
+                "faults_per_call": batch.minor_faults / (reps * calls)}
 
 
 def serve(worker: Worker, requests: IO[bytes], replies: IO[bytes]) -> None:
