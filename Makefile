@@ -27,6 +27,10 @@ TF_KERAS_PACKAGE ?= tf_keras==2.21.0
 # matplotlib draws results.png.
 BENCH_PACKAGES ?= torch==2.13.0 matplotlib
 BENCH_ARGS ?=
+# pytest worker processes for `make test` (pytest-xdist): the suite is mostly single-threaded
+# Python and fresh interpreters, so two workers halve its time on two cores. Each worker imports
+# TensorFlow (about 1 GB): raise it only with the memory to match.
+PYTEST_WORKERS ?= 2
 CXX        ?= g++
 # nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
 NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
@@ -39,7 +43,8 @@ NVCC_FLAGS := -std=c++17 -O3 -I. --expt-relaxed-constexpr \
 CORE_FLAGS := -std=c++17 -ffp-contract=off -I. -pthread
 
 PY      := $(VENV)/bin/python
-DEPS    := $(VENV)/.deps-installed
+# The stamp's name changes with the package list, so that existing environments get the new one.
+DEPS    := $(VENV)/.deps-installed-2
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
@@ -59,7 +64,7 @@ demo: lib
 	$(PY) -m tf_fbn_ops demo
 
 test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test sanitize
-	$(PY) -m pytest -q -rs tests
+	$(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) tests
 
 lib: $(LIBRARY)
 
@@ -69,7 +74,7 @@ core-test: $(CORE_TEST)
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest hypothesis
+	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest pytest-xdist hypothesis
 	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
 	touch $@
 
@@ -148,6 +153,7 @@ SANITIZE_ENV := LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so):$$($(CXX) -pr
                 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
                 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_fuzz.py test_api.py \
+                  test_output_memory.py \
                   test_parity.py) -k "not 1000x1000"
 # The XLA lowering's C++ runs when a function is compiled: one compile per op, bad shapes included.
 SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py \

@@ -150,3 +150,34 @@ def test_report_words_are_for_users() -> None:
             "date": "today", "git_commit": None}
     text = "\n".join(header_lines(meta))
     assert "commit None" not in text and "unknown (not run from a git checkout)" in text
+
+
+def test_each_tensorflow_kernel_is_compared_with_the_shim_in_its_own_process() -> None:
+    from tf_fbn_ops.bench.rows import _ratios
+
+    ratios = _ratios({"shim": 100.0, "shim_stock": 125.0, "tf_eigen": 500.0, "tf_onednn": 200.0,
+                      "torch": 150.0, "stream": 90.0})
+    assert ratios == {"shim_stock": 1.25, "tf_eigen": 4.0, "tf_onednn": 2.0, "torch": 1.5}
+    # Without a stock-process shim run, the default process's shim stands in.
+    assert _ratios({"shim": 100.0, "tf_eigen": 500.0}) == {"tf_eigen": 5.0}
+
+
+def test_process_and_page_fault_targets() -> None:
+    from tf_fbn_ops.bench.targets import evaluate_row
+
+    def verdicts(case, ratios, faults_pct) -> dict:
+        row = {"ratios": ratios, "pct_stream": 95.0, "faults_pct_of_output": faults_pct}
+        return {c["target"]: c["verdict"] for c in evaluate_row(case, row)}
+
+    big = _case((32, 56, 56, 64))
+    good = verdicts(big, {"tf_eigen": 4.0, "shim_stock": 1.08}, {"shim": 0.0, "shim_stock": 4.9})
+    assert good["stock/default shim<=10%"] == "PASS"
+    assert good["faults<5% (shim)"] == good["faults<5% (shim_stock)"] == "PASS"
+    bad = verdicts(big, {"tf_eigen": 4.0, "shim_stock": 0.85}, {"shim": 75.0})
+    assert bad["stock/default shim<=10%"] == "MISS" and bad["faults<5% (shim)"] == "MISS"
+    assert bad["faults<5% (shim_stock)"] == "n/a"
+    # NDHWC is native in TensorFlow's stock kernel: 3x there, 10x for channels first.
+    ndhwc = verdicts(_case((4, 16, 32, 32, 32), "NDHWC"), {"tf_eigen": 4.0}, {})
+    assert ndhwc["eigen/shim>=3"] == "PASS" and "eigen/shim>=10" not in ndhwc
+    assert "eigen/shim>=10" in verdicts(_case((4, 16, 32, 32, 32), "NCDHW"), {}, {})
+    assert "faults<5% (shim)" not in verdicts(_case((1, 8, 8, 32)), {}, {})  # under 1 MB

@@ -66,7 +66,9 @@ struct Params {
 };
 
 // Buffers of one call. T is the element type of x, y_backprop and x_backprop; everything
-// per-channel is float (TensorFlow's U, and T for V1 where T is float).
+// per-channel is float (TensorFlow's U, and T for V1 where T is float). x_backprop may be
+// y_backprop's own buffer: every kernel reads an element of y_backprop before it writes that
+// element of x_backprop, and writes no other element before it has read all it needs.
 template <typename T>
 struct Tensors {
   const T* y_backprop = nullptr;

@@ -513,9 +513,10 @@ void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
                  const DxCoefficients<double>& k) {
   const double* __restrict a = k.scale_inv_std;
   for (int64_t r = 0; r < rows; ++r) {
-    const T* __restrict d = dy + r * stride;
+    // dx may be dy's own buffer (x_backprop computed in place): no __restrict on those two.
+    const T* d = dy + r * stride;
     const T* __restrict v = x + r * stride;
-    T* __restrict out = dx + r * stride;
+    T* out = dx + r * stride;
     if (k.dy_mean == nullptr) {
       for (int64_t j = 0; j < width; ++j) out[j] = FromDouble<T>(ToFloat(d[j]) * a[j]);
       continue;
@@ -535,9 +536,9 @@ void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count, 
                  bool training, const RunCoefficients<double>& k) {
   const double a = k.scale_inv_std, m = k.mean, dm = k.dy_mean, b = k.xc_coef;
   for (int64_t r = 0; r < count; ++r) {
-    const T* __restrict d = dy + r * stride;
+    const T* d = dy + r * stride;  // may be dx's own buffer, as above
     const T* __restrict v = x + r * stride;
-    T* __restrict out = dx + r * stride;
+    T* out = dx + r * stride;
     if (!training) {
       for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
       continue;

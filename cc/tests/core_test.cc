@@ -119,6 +119,10 @@ void RunCase(const Case& k, uint32_t seed) {
                                       " threads, " + std::to_string(pieces) + " pieces");
     }
   }
+
+  Outputs<T> in_place(k.shape);
+  BatchNormGradCpu(p, in_place.BindInPlace(in), ThreadedFor(2, 64));
+  Check(in_place.BitEqual(fast), name + ": in place (x_backprop over y_backprop) differs");
 }
 
 void TestConversions() {
@@ -194,7 +198,8 @@ void TestConversions() {
 // Every compiled copy of the loops (portable, AVX2, AVX-512) gives the same bits, so results do
 // not depend on the CPU either: whole calls, on shapes that take every schedule and family
 // (cc/core/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
-// arithmetic are special (NaNs with payloads, infinities, subnormals of T).
+// arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
+// in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 template <typename T>
 void TestIsaCopiesAgree() {
   const Shape shapes[] = {
@@ -222,12 +227,17 @@ void TestIsaCopiesAgree() {
       const Params p = ParamsOf(k);
       Outputs<T> base(shape);
       BatchNormGradCpuWithLoops(p, base.Bind(in), SerialFor(), LoopsFor<T>(CpuIsa::kBaseline));
-      for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
         if (isa > DetectedCpuIsa()) continue;  // this CPU cannot run that copy
-        Outputs<T> other(shape);
-        BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa));
-        Check(other.BitEqual(base), Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) +
-                                        " copy gives the portable copy's bits");
+        const std::string copy = Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) + " copy";
+        if (isa != CpuIsa::kBaseline) {
+          Outputs<T> other(shape);
+          BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa));
+          Check(other.BitEqual(base), copy + " gives the portable copy's bits");
+        }
+        Outputs<T> in_place(shape);
+        BatchNormGradCpuWithLoops(p, in_place.BindInPlace(in), SerialFor(), LoopsFor<T>(isa));
+        Check(in_place.BitEqual(base), copy + " in place gives the portable copy's bits");
       }
     }
   }

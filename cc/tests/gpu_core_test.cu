@@ -78,6 +78,9 @@ void RunCase(const Case& k, const Inputs<T>& in) {
   if (!ran) return;
   CheckAgainstReference(name, first, ref);
   Check(first.BitEqual(second), name + ": two runs bit-identical");
+  Outputs<T> in_place(k.shape);
+  Check(aligned_case.Run(p, &in_place, /*in_place=*/true) && in_place.BitEqual(first),
+        name + ": in place (x_backprop over y_backprop) gives the same bits");
 
   DeviceCase<T> shifted_case(in, k.shape, 1);
   Check(shifted_case.Run(p, &unaligned), name + " unaligned: runs");

@@ -61,15 +61,21 @@ class DeviceCase {
   bool ok() const { return ok_; }
 
   // Garbage into every output and the scratch, then the core, all on `stream` alone. False on
-  // any CUDA error (printed). Does not wait for the kernels.
-  bool Launch(const Params& params, cudaStream_t stream) {
+  // any CUDA error (printed). Does not wait for the kernels. In place, x_backprop starts as a
+  // copy of y_backprop and is passed as both, as when TensorFlow forwards dy's buffer.
+  bool Launch(const Params& params, cudaStream_t stream, bool in_place = false) {
     if (!ok_) return false;
-    if (!(Garbage(dx_, n_ + shift_, stream) && Garbage(dscale_, c_, stream) &&
-          Garbage(doffset_, c_, stream) && Garbage(scratch_, scratch_bytes_, stream))) {
+    const bool dx_ready =
+        in_place ? CudaOk(cudaMemcpyAsync(dx_, dy_, (n_ + shift_) * sizeof(T),
+                                          cudaMemcpyDeviceToDevice, stream),
+                          "dy into dx")
+                 : Garbage(dx_, n_ + shift_, stream);
+    if (!(dx_ready && Garbage(dscale_, c_, stream) && Garbage(doffset_, c_, stream) &&
+          Garbage(scratch_, scratch_bytes_, stream))) {
       return false;
     }
     Tensors<T> t;
-    t.y_backprop = dy_ + shift_;
+    t.y_backprop = (in_place ? dx_ : dy_) + shift_;
     t.x = x_ + shift_;
     t.scale = scale_;
     t.mean = mean_;
@@ -88,8 +94,9 @@ class DeviceCase {
   }
 
   // Launch on the legacy default stream, wait, fetch.
-  bool Run(const Params& params, Outputs<T>* out) {
-    return Launch(params, nullptr) && CudaOk(cudaDeviceSynchronize(), "kernels") && Fetch(out);
+  bool Run(const Params& params, Outputs<T>* out, bool in_place = false) {
+    return Launch(params, nullptr, in_place) && CudaOk(cudaDeviceSynchronize(), "kernels") &&
+           Fetch(out);
   }
 
  private:

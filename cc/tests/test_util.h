@@ -135,6 +135,12 @@ struct Outputs {
     t.offset_backprop = doffset.data();
     return t;
   }
+  // In place, as the op runs when TensorFlow lets x_backprop take over y_backprop's buffer:
+  // dx starts as a copy of dy and is both.
+  Tensors<T> BindInPlace(const Inputs<T>& in) {
+    dx = in.dy;
+    return Bind(dx.data(), in.x.data(), in);
+  }
   bool BitEqual(const Outputs& o) const {
     return std::memcmp(dx.data(), o.dx.data(), dx.size() * sizeof(T)) == 0 &&
            std::memcmp(dscale.data(), o.dscale.data(), dscale.size() * sizeof(float)) == 0 &&

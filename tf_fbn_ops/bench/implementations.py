@@ -1,10 +1,12 @@
 """The implementations under test: how each builds its inputs and runs one call.
 
 Implementations are grouped by the process they need: TensorFlow reads TF_ENABLE_ONEDNN_OPTS
-once, at import, so TF with oneDNN (the default, where users run the shim) and TF without it
-(stock Eigen kernels) need separate processes; torch and the streaming kernel get their own so
-that no framework's thread pool sits in another's process. The frameworks are imported only
-inside the worker that uses them.
+once, at import, so TF with oneDNN (the default) and TF without it (stock Eigen kernels) need
+separate processes; torch and the streaming kernel get their own so that no framework's thread
+pool sits in another's process. The shim runs in both TensorFlow processes ("shim" and
+"shim_stock"): the process changes TensorFlow's memory allocator, hence what the shim's outputs
+cost, and each TensorFlow kernel is compared with the shim in its own process. The frameworks
+are imported only inside the worker that uses them.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ GROUPS: dict[str, Group] = {
     # The default TF process: oneDNN on, forced even if the caller's environment turned it off.
     "tf_default": Group("tf_default", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "1"},
                         ("shim", "tf_onednn")),
-    "tf_eigen": Group("tf_eigen", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "0"}, ("tf_eigen",)),
+    "tf_eigen": Group("tf_eigen", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "0"},
+                      ("shim_stock", "tf_eigen")),
     "torch": Group("torch", "torch", {}, ("torch",)),
     "stream": Group("stream", None, {}, ("stream",)),
     # The op compiled alone by XLA (jit_compile=True): the shim's lowering and TensorFlow's.
@@ -50,11 +53,14 @@ GROUPS: dict[str, Group] = {
     "tf_xla": Group("tf_xla", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "1"},
                     ("shim_xla", "tf_xla")),
 }
-IMPLEMENTATIONS: tuple[str, ...] = ("shim", "tf_eigen", "tf_onednn", "torch", "stream",
-                                    "shim_xla", "tf_xla")
+IMPLEMENTATIONS: tuple[str, ...] = ("shim", "shim_stock", "tf_eigen", "tf_onednn", "torch",
+                                    "stream", "shim_xla", "tf_xla")
 # What a run times unless --impls says otherwise; the XLA ones answer one question (should the
 # shim's ops join XLA clusters?) and are asked for by name.
-DEFAULT_IMPLEMENTATIONS: tuple[str, ...] = ("shim", "tf_eigen", "tf_onednn", "torch", "stream")
+DEFAULT_IMPLEMENTATIONS: tuple[str, ...] = ("shim", "shim_stock", "tf_eigen", "tf_onednn",
+                                            "torch", "stream")
+# The shim's run in each TensorFlow process, and the TensorFlow kernel it is compared with there.
+SHIM_IN_PROCESS_OF: dict[str, str] = {"tf_onednn": "shim", "tf_eigen": "shim_stock"}
 XLA_IMPLEMENTATIONS: tuple[str, ...] = ("shim_xla", "tf_xla")
 GROUP_OF: dict[str, str] = {impl: g.name for g in GROUPS.values() for impl in g.implementations}
 
@@ -112,7 +118,7 @@ def first_line(error: BaseException) -> str:
 
 def _tf_op(name: str) -> Callable[..., Any]:
     """The V3 op of an implementation: the shim's public wrapper, or TensorFlow's raw op."""
-    if name in ("shim", "shim_xla"):
+    if name in ("shim", "shim_stock", "shim_xla"):
         import tf_fbn_ops  # noqa: PLC0415 - imported with TensorFlow, in the worker only
 
         return tf_fbn_ops.fused_batch_norm_grad_v3
@@ -266,7 +272,7 @@ def prepare(name: str, case: Case, inputs: Inputs, stream_library: Any = None) -
     Raises:
       Unsupported: the implementation cannot run in this worker (e.g. torch not importable).
     """
-    if name in ("shim", "tf_onednn", "tf_eigen"):
+    if name in ("shim", "shim_stock", "tf_onednn", "tf_eigen"):
         return prepare_tensorflow(name, case, inputs)
     if name in XLA_IMPLEMENTATIONS:
         return prepare_xla(name, case, inputs)

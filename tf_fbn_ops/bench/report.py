@@ -15,9 +15,9 @@ from tf_fbn_ops.bench.implementations import CHAINED, XLA_IMPLEMENTATIONS
 from tf_fbn_ops.bench.targets import count
 
 OTHERS = ("tf_eigen", "tf_onednn", "torch")
-HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs (±IQR)", "tf_eigen",
-           "tf_onednn", "torch", "stream", "eigen/shim", "onednn/shim", "torch/shim",
-           "%stream", "GB/s", "check")
+HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs (±IQR)", "shim_stock",
+           "tf_eigen", "tf_onednn", "torch", "stream", "stock/default", "eigen/shim",
+           "onednn/shim", "torch/shim", "%stream", "GB/s", "faults/call", "check")
 LEFT_ALIGNED = 4  # the first columns are text
 # The XLA table (only when an XLA implementation ran): each compiled op against the shim's kernel.
 XLA_HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs", "shim_xla",
@@ -72,18 +72,28 @@ def check_cell(row: dict) -> str:
     return "-" if ok is None else ("ok" if ok else "MISMATCH")
 
 
+def faults_cell(row: dict) -> str:
+    """The shim's minor page faults per call in the default and the stock process."""
+    faults = row.get("faults_per_call", {})
+    values = [faults.get(n) for n in ("shim", "shim_stock")]
+    if all(v is None for v in values):
+        return "-"
+    return "/".join("-" if v is None else f"{v:.0f}" for v in values)
+
+
 def row_cells(row: dict) -> list[str]:
     shape = "x".join(str(d) for d in row["shape"])
     gbps = row["model_gbps"].get("shim")
     pct = row["pct_stream"]
     return [shape, row["layout"], "train" if row["training"] else "infer",
             SHORT_DTYPE[row["dtype"]], str(row["threads"]), fmt_elements(row["elements"]),
-            impl_cell(row, "shim", spread=True),
+            impl_cell(row, "shim", spread=True), impl_cell(row, "shim_stock"),
             *(impl_cell(row, n) for n in (*OTHERS, "stream")),
+            fmt_ratio(row["ratios"].get("shim_stock")),
             *(fmt_ratio(row["ratios"].get(n)) for n in OTHERS),
             "-" if pct is None else f"{pct:.0f}%",
             "-" if gbps is None else f"{gbps:.1f}",
-            check_cell(row)]
+            faults_cell(row), check_cell(row)]
 
 
 def xla_row_cells(row: dict) -> list[str]:
@@ -131,8 +141,12 @@ LEGEND = (
     "median (min and max are in results.json). * = the tf.function chain of 20 calls was "
     "faster than eager calls. ~ = most timed batches ran while other processes kept so many cores "
     "busy that the worker's threads had to share: the number is likely inflated. "
-    "! = cross-check mismatch. Ratios = other / shim (higher: the "
-    "shim is faster). %stream = streaming-limit time / shim time x 100. GB/s = model bytes "
+    "! = cross-check mismatch. shim = the shim in TF's default process (oneDNN on), "
+    "shim_stock = the shim in a stock-TF process (oneDNN off); stock/default = shim_stock / "
+    "shim. Ratios = other / shim (higher: the shim is faster), eigen/shim against shim_stock "
+    "(both in the stock process), the others against shim. faults/call = the shim's minor page "
+    "faults per call, default/stock process. %stream = streaming-limit time / shim time x 100. "
+    "GB/s = model bytes "
     "(training: 5 passes if x+dy > 16 MiB, else 3; inference: 3) / shim time; the streaming "
     "kernel always moves the full 2-sweep (5-pass) training traffic. n/a = the implementation "
     "refuses the case (see below).")
@@ -202,8 +216,10 @@ def target_lines(rows: list[dict]) -> tuple[list[str], dict[str, int]]:
 
 
 def _target_value(cell: dict) -> str:
-    if cell["target"].startswith("%"):
+    if cell["target"].startswith("%") or cell["target"].startswith("faults"):
         return f"{cell['value']:.0f}%"
+    if cell["target"].startswith("stock/default"):
+        return f"{100 * cell['value']:.0f}%"
     return fmt_ratio(cell["value"])
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from tf_fbn_ops.bench import traffic
 from tf_fbn_ops.bench.cases import Case
 from tf_fbn_ops.bench.crosscheck import crosscheck
+from tf_fbn_ops.bench.implementations import SHIM_IN_PROCESS_OF
 from tf_fbn_ops.bench.schedule import ImplResult
 from tf_fbn_ops.bench.targets import evaluate_row
 
 BASELINE = "shim"
 LIMIT = "stream"
+PAGE_BYTES = 4096
 
 
 def _medians(results: dict[str, ImplResult]) -> dict[str, float]:
@@ -22,11 +24,27 @@ def _medians(results: dict[str, ImplResult]) -> dict[str, float]:
 
 
 def _ratios(medians: dict[str, float]) -> dict[str, float]:
-    """Other implementation's median / the shim's: how many times faster the shim is."""
-    shim = medians.get(BASELINE)
-    if not shim:
-        return {}
-    return {n: m / shim for n, m in medians.items() if n not in (BASELINE, LIMIT)}
+    """Other implementation's median / the shim's: how many times faster the shim is. A
+    TensorFlow kernel is compared with the shim timed in its own process (SHIM_IN_PROCESS_OF):
+    shim_stock for the stock kernel, where that ran; "shim_stock" itself is shim_stock / shim,
+    the shim's time in the stock process relative to the default one."""
+    ratios = {}
+    for name, median in medians.items():
+        if name in (BASELINE, LIMIT):
+            continue
+        shim = medians.get(SHIM_IN_PROCESS_OF.get(name, BASELINE)) or medians.get(BASELINE)
+        if shim:
+            ratios[name] = median / shim
+    return ratios
+
+
+def _faults(case: Case, results: dict[str, ImplResult]) -> tuple[dict, dict]:
+    """Minor page faults per call of each implementation, and as a percentage of x_backprop's
+    pages (100 %: every page of the output fresh on every call)."""
+    per_call = {n: r.faults_per_call() for n, r in results.items() if r.status == "ok"}
+    per_call = {n: f for n, f in per_call.items() if f is not None}
+    pages = max(1, case.tensor_bytes // PAGE_BYTES)
+    return per_call, {n: 100.0 * f / pages for n, f in per_call.items()}
 
 
 def _pct_stream(medians: dict[str, float]) -> float | None:
@@ -39,6 +57,7 @@ def _pct_stream(medians: dict[str, float]) -> float | None:
 def build_row(case: Case, threads: int, results: dict[str, ImplResult]) -> dict:
     """Everything the reports need about one (case, threads), JSON-ready."""
     medians = _medians(results)
+    faults_per_call, faults_pct = _faults(case, results)
     model_bytes = traffic.model_bytes(case)
     row = {
         "case": case.name,
@@ -54,6 +73,8 @@ def build_row(case: Case, threads: int, results: dict[str, ImplResult]) -> dict:
         "medians_us": medians,
         "ratios": _ratios(medians),
         "pct_stream": _pct_stream(medians),
+        "faults_per_call": faults_per_call,
+        "faults_pct_of_output": faults_pct,
         # Model bytes over each implementation's time; for "stream" see stream_gbps.
         "model_gbps": {n: traffic.gigabytes_per_second(model_bytes, m)
                        for n, m in medians.items() if n != LIMIT},

@@ -33,8 +33,9 @@ class VariantTiming:
     warm_ns: float  # one invocation, as calibrated after the warm-up; it sized the batches
     reps: int  # invocations per batch
     samples_ns: list[float] = field(default_factory=list)  # per call, one per round
-    # Per round: batch_ns, the worker's cpu_ns and involuntary_switches during the batch, the
-    # others_cores other processes kept busy, and whether that made the visit contended.
+    # Per round: batch_ns, the worker's cpu_ns, involuntary_switches and minor page faults per
+    # call during the batch, the others_cores other processes kept busy, and whether that made
+    # the visit contended.
     visits: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -85,13 +86,20 @@ class ImplResult:
         timing = self.variants[chosen]
         return 2 * timing.contended_visits() > len(timing.visits)
 
+    def faults_per_call(self) -> float | None:
+        """Median over the chosen variant's visits of its minor page faults per call."""
+        chosen = self.chosen()
+        faults = sorted(v["faults_per_call"] for v in self.variants[chosen].visits) if chosen \
+            else []
+        return faults[len(faults) // 2] if faults else None
+
     def fail(self, error: str) -> None:
         self.status, self.error = "failed", error
 
     def to_json(self) -> dict:
         return {"status": self.status, "error": self.error, "notes": self.notes,
                 "check": self.check, "chosen_variant": self.chosen(),
-                "contended": self.contended(),
+                "contended": self.contended(), "faults_per_call": self.faults_per_call(),
                 "summary": _summary_json(self.summary()),
                 "variants": {v: t.to_json() for v, t in self.variants.items()}}
 
@@ -148,8 +156,8 @@ def _visit(pool: Pool, threads: int, name: str, variant: str,
                 result.fail(str(error))
         return
     timing.samples_ns.append(reply["per_call_ns"])
-    visit = {k: reply[k]
-             for k in ("batch_ns", "cpu_ns", "involuntary_switches", "others_cores")}
+    visit = {k: reply[k] for k in ("batch_ns", "cpu_ns", "involuntary_switches",
+                                   "others_cores", "faults_per_call")}
     visit["contended"] = contention.is_contended(reply["others_cores"], threads,
                                                  contention.usable_cores())
     timing.visits.append(visit)
