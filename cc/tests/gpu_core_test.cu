@@ -72,15 +72,15 @@ void RunCase(const Case& k, const Inputs<T>& in) {
   Outputs<T> ref(k.shape), first(k.shape), second(k.shape), unaligned(k.shape);
   BatchNormGradReference(p, ref.Bind(in));
 
+  // The second run is in place (x_backprop over y_backprop, as when TensorFlow forwards dy's
+  // buffer), on garbage-filled scratch: its bits must be the first run's, which checks both
+  // run-to-run determinism and in-place correctness with one run more, not two.
   DeviceCase<T> aligned_case(in, k.shape, 0);
-  const bool ran = aligned_case.Run(p, &first) && aligned_case.Run(p, &second);
+  const bool ran = aligned_case.Run(p, &first) && aligned_case.Run(p, &second, /*in_place=*/true);
   Check(ran, name + ": runs");
   if (!ran) return;
   CheckAgainstReference(name, first, ref);
-  Check(first.BitEqual(second), name + ": two runs bit-identical");
-  Outputs<T> in_place(k.shape);
-  Check(aligned_case.Run(p, &in_place, /*in_place=*/true) && in_place.BitEqual(first),
-        name + ": in place (x_backprop over y_backprop) gives the same bits");
+  Check(first.BitEqual(second), name + ": a second run, in place, gives the same bits");
 
   DeviceCase<T> shifted_case(in, k.shape, 1);
   Check(shifted_case.Run(p, &unaligned), name + " unaligned: runs");
