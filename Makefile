@@ -103,7 +103,8 @@ gpu-test-large: $(GPU_TEST)
 
 # The CUDA kernels' own source (no copy) and the GPU test, compiled as C++ against the host
 # emulator in cc/tests/gpu_emulator (threads as fibers, checked barriers and launch limits,
-# NaN-filled memory), under AddressSanitizer and UndefinedBehaviorSanitizer.
+# NaN-filled memory), under AddressSanitizer and UndefinedBehaviorSanitizer; then the same
+# program on emulated machines without a GPU or with an old driver (skip, or fail).
 $(GPU_EMU_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -Wno-unknown-pragmas \
@@ -113,6 +114,7 @@ $(GPU_EMU_TEST): $(CC_FILES)
 
 gpu-emu-test: $(GPU_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
+	cc/tests/gpu_presence_test.sh ./$(GPU_EMU_TEST)
 
 # The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
 # each built with the flags `python -m tf_fbn_ops cc-flags` gives users.

@@ -1,7 +1,8 @@
 """Parity smoke test against the installed TensorFlow's tf.raw_ops (run by tools/tf_matrix.py
 in each version's environment; needs only NumPy and TensorFlow): all three ops, float32 and
 float16/bfloat16, NHWC and NCHW, training and inference. A case passes when the shim's error
-against a float64 oracle is at most TensorFlow's plus one unit of the output type. Where the
+against a float64 oracle is at most TensorFlow's plus one unit of the output type, and a graph
+whose y_backprop dies at the op (x_backprop may take over its buffer) gives the same bits. Where the
 loaded library has XLA lowerings, every case runs once more under tf.function(jit_compile=True)
 with the same bound. Prints "SMOKE passed/total" and "XLA passed/total" (or "XLA none") and exits
 non-zero on any failure.
@@ -38,6 +39,11 @@ def has_xla_lowerings() -> bool:
     return any(k.device_type == "XLA_CPU_JIT" for k in registered)
 
 
+def as_bits(t):
+    """The tensor's bytes, for an exact comparison that NaNs and signed zeros cannot fool."""
+    return np.frombuffer(t.numpy().tobytes(), np.uint8)
+
+
 def run_case(op, dtype, data_format, is_training, rng, jit=False):
     shape = (4, 6, 5, 8) if data_format == "NHWC" else (4, 8, 6, 5)
     kwargs = {"y_backprop": tf.cast(rng.standard_normal(shape), dtype),
@@ -54,6 +60,16 @@ def run_case(op, dtype, data_format, is_training, rng, jit=False):
                                    "V3": "FusedBatchNormGradV3"}[op])
     ours = (tf.function(lambda: shim(**kwargs, **attrs), jit_compile=True)() if jit
             else shim(**kwargs, **attrs))
+    if not jit:
+        # In a graph, a y_backprop made there and dead after the op lends x_backprop its buffer
+        # (dy + zeros: an Add that no optimizer folds, as zeros is an argument): same bits.
+        def in_graph(y_backprop, zeros):
+            return shim(**dict(kwargs, y_backprop=y_backprop + zeros), **attrs)
+        graph = tf.function(in_graph)(kwargs["y_backprop"], tf.zeros_like(kwargs["y_backprop"]))
+        for i in range(3):
+            if not np.array_equal(as_bits(graph[i]), as_bits(ours[i])):
+                return f"{op} {dtype} {data_format} training={is_training} output {i}: " \
+                       "other bits in a graph whose y_backprop dies at the op"
     as64 = lambda t: tf.cast(t, tf.float32).numpy().astype(np.float64)  # noqa: E731
     oracle = reference.batch_norm_grad(*(as64(kwargs[k]) for k in (
         "y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2")), 1e-3, data_format,

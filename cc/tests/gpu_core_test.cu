@@ -26,6 +26,7 @@
 #include "cc/core/bn_grad.h"
 #include "cc/core/bn_grad_gpu.h"
 #include "cc/tests/gpu_device_case.h"
+#include "cc/tests/gpu_presence.h"
 #include "cc/tests/test_util.h"
 
 namespace fbn {
@@ -275,44 +276,15 @@ void RunLargeTensors() {
 }
 #endif  // FBN_GPU_EMULATOR
 
-bool EnvironmentSays(const char* name, const char* value) {
-  const char* set = std::getenv(name);
-  return set != nullptr && std::string(set) == value;
-}
-
-std::string CudaVersion(int v) {
-  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
-}
-
 }  // namespace
 }  // namespace fbn
 
 int main() {
-  const bool require_gpu = fbn::EnvironmentSays("FBN_REQUIRE_GPU", "1");
-  int driver = 0, runtime = 0;
-  cudaDriverGetVersion(&driver);  // 0: no NVIDIA driver installed
-  cudaRuntimeGetVersion(&runtime);
-  int devices = 0;
-  const cudaError_t error = cudaGetDeviceCount(&devices);
-  const bool no_gpu = error == cudaErrorNoDevice || (error == cudaSuccess && devices == 0) ||
-                      (error == cudaErrorInsufficientDriver && driver == 0);
-  if (error != cudaSuccess && !no_gpu) {
-    std::printf("gpu_core_test: FAIL: %s (driver supports CUDA %s, this runtime is CUDA %s)\n",
-                cudaGetErrorString(error), fbn::CudaVersion(driver).c_str(),
-                fbn::CudaVersion(runtime).c_str());
-    return 1;
+  switch (fbn::ProbeGpu("gpu_core_test")) {
+    case fbn::GpuPresence::kSkip: return 0;
+    case fbn::GpuPresence::kFail: return 1;
+    case fbn::GpuPresence::kRun: break;
   }
-  if (no_gpu) {
-    std::printf("gpu_core_test: SKIP: no CUDA GPU (%s)%s\n",
-                driver == 0 ? "no NVIDIA driver installed" : cudaGetErrorString(error),
-                require_gpu ? "; FBN_REQUIRE_GPU=1 makes that a failure" : "");
-    return require_gpu ? 1 : 0;
-  }
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
-  std::printf("gpu_core_test on %s (sm_%d%d), driver for CUDA %s, runtime CUDA %s\n", prop.name,
-              prop.major, prop.minor, fbn::CudaVersion(driver).c_str(),
-              fbn::CudaVersion(runtime).c_str());
   fbn::testing::CheckErrorMeasureCatchesSpecials();
   fbn::RunAll<float>();
   fbn::RunAll<fbn::Half>();

@@ -2,6 +2,7 @@
 // launch checks and the memory calls. What it is for and what it is not: cuda_runtime.h.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -327,7 +328,18 @@ uint64_t WarpShuffle(unsigned mask, uint64_t bits, int source_lane, const char* 
 
 // ---- The runtime API: one emulated device, host memory, synchronous streams. ----
 
+// FBN_EMU_MACHINE pretends this machine lacks what a GPU program needs, so that the way the GPU
+// test decides to skip or fail is itself tested: "no-driver" (no NVIDIA driver at all),
+// "no-device" (a driver but no GPU), "old-driver" (a driver older than this runtime).
+static bool MachineIs(const char* what) {
+  const char* set = std::getenv("FBN_EMU_MACHINE");
+  return set != nullptr && std::strcmp(set, what) == 0;
+}
+
 cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 0;
+  if (MachineIs("no-driver") || MachineIs("old-driver")) return cudaErrorInsufficientDriver;
+  if (MachineIs("no-device")) return cudaErrorNoDevice;
   *count = 1;
   return cudaSuccess;
 }
@@ -342,7 +354,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int /*device*/) {
 }
 
 cudaError_t cudaDriverGetVersion(int* version) {
-  *version = 13000;
+  *version = MachineIs("no-driver") ? 0 : MachineIs("old-driver") ? 12040 : 13000;
   return cudaSuccess;
 }
 

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Everything the CUDA core can show on a machine with an NVIDIA GPU and nvcc (TensorFlow is not
+# needed), in one command, with every output kept: the driver, the GPU test with the tensors of
+# more than 2^31 elements, compute-sanitizer's memcheck, racecheck and synccheck on the test,
+# and the benchmark. Builds for the GPU present only (its compute capability), which is quicker.
+#
+# Usage: tools/gpu_report.sh DIR [STEP ...]
+#   STEP: driver build test sanitize bench (default: all, in that order; the programs are
+#   built before the first step that runs them). Writes DIR/STEP.txt for each step, and
+#   DIR/summary.txt with each step's exit status; exits 1 if any step failed. Every step needs
+#   the GPU: FBN_REQUIRE_GPU=1 is set, so a machine without one fails instead of skipping.
+#   FBN_SANITIZER_TIMEOUT (seconds, default 240) bounds each compute-sanitizer run.
+set -u
+[[ $# -ge 1 ]] || { sed -n 2,12p "$0"; exit 2; }
+dir=$(realpath -m "$1")
+shift
+cd "$(dirname "$0")/.."
+steps=("$@")
+[[ ${#steps[@]} -gt 0 ]] || steps=(driver build test sanitize bench)
+for step in "${steps[@]}"; do
+  [[ $step =~ ^(driver|build|test|sanitize|bench)$ ]] ||
+    { echo "unknown step '$step' (driver build test sanitize bench)"; exit 2; }
+done
+mkdir -p "$dir"
+export FBN_REQUIRE_GPU=1
+# nvcc: CUDA_HOME's, else PATH's (the Makefile's rule), else where CUDA installs itself.
+command -v nvcc >/dev/null || export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+toolkit=${CUDA_HOME:-/usr/local/cuda}
+
+build() {
+  local cap
+  cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  make ${cap:+GPU_ARCHS=$cap} build/gpu_core_test build/gpu_bench
+}
+
+sanitize() {
+  local tool sanitizer status=0
+  sanitizer=$(command -v compute-sanitizer) || sanitizer=$toolkit/bin/compute-sanitizer
+  for tool in memcheck racecheck synccheck; do
+    echo "== compute-sanitizer --tool $tool"
+    timeout "${FBN_SANITIZER_TIMEOUT:-240}" "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      ./build/gpu_core_test
+    case $? in
+      0) echo "== $tool: clean" ;;
+      124) status=1; echo "== $tool: timed out" ;;
+      *) status=1; echo "== $tool: FAILED" ;;
+    esac
+  done
+  return $status
+}
+
+run_step() {
+  case $1 in
+    driver) nvidia-smi ;;
+    build) build ;;
+    test) FBN_GPU_TEST_LARGE=1 ./build/gpu_core_test ;;
+    sanitize) sanitize ;;
+    bench) ./build/gpu_bench ;;
+  esac
+}
+
+failed=0
+built=0
+: >"$dir/summary.txt"
+for step in "${steps[@]}"; do
+  # The programs are (re)built once, before the first step that runs them.
+  first=()
+  [[ $step =~ ^(test|sanitize|bench)$ && $built == 0 ]] && first=(build)
+  for each in "${first[@]}" "$step"; do
+    [[ $each == build ]] && built=1
+    start=$SECONDS
+    run_step "$each" >"$dir/$each.txt" 2>&1
+    status=$?
+    failed=$((failed || status != 0))
+    echo "$each: exit $status, $((SECONDS - start)) s; last line: $(tail -1 "$dir/$each.txt")" |
+      tee -a "$dir/summary.txt"
+  done
+done
+exit $failed
