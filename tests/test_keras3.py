@@ -275,7 +275,9 @@ def test_fit_matches_keras(jit_compile, data_format, rank):
     assert_weights_close(models["keras"], models["shim"])
     assert models["shim"].jit_compile == models["keras"].jit_compile
     jit = models["shim"].jit_compile
-    assert SHIM_OP in train_step_ops(models["shim"], x[:8], y[:8], jit)
+    # Under XLA the layer is fused only where the library has its lowerings (else Keras' code).
+    fused = not jit or _loader.xla_missing_reason() is None
+    assert (SHIM_OP in train_step_ops(models["shim"], x[:8], y[:8], jit)) == fused
     assert SHIM_OP not in train_step_ops(models["keras"], x[:8], y[:8], jit)
 
 

@@ -9,6 +9,7 @@ session's step stats (each output's allocator and address), page faults through 
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -143,18 +144,24 @@ def test_retained_memory_setting(setting):
     """TF_FBN_OPS_RETAINED_MIB: 0 turns the retained blocks off (TensorFlow's allocator), a
     number caps them, anything else keeps the default and says so."""
     result = run_python(f"""
+        import json, sys
         import numpy as np
         import tensorflow as tf
         import tf_fbn_ops
+        sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+        from test_output_memory import GRAD_NAME, _inputs, _session_run
         dy = tf.constant(np.arange(8 * 56 * 56 * 64, dtype=np.float32).reshape(8, 56, 56, 64))
         outputs = [tf_fbn_ops.fused_batch_norm_grad_v3(
             y_backprop=dy * 1e-6, x=dy, scale=tf.ones([64]), reserve_space_1=tf.zeros([64]),
             reserve_space_2=tf.ones([64]), reserve_space_3=tf.zeros([0]),
             is_training=True).x_backprop.numpy() for _ in range(3)]
         assert all(np.array_equal(o, outputs[0]) for o in outputs)
-        print("ok")
+        _, allocations = _session_run("NHWC", True, tf.float32, False,
+                                      _inputs("NHWC", tf.float32))
+        print(json.dumps({{"allocator": allocations[GRAD_NAME][0]}}))
         """, TF_FBN_OPS_RETAINED_MIB=setting, TF_CPP_MIN_LOG_LEVEL="1")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().endswith("ok")
+    allocator = json.loads(result.stdout.strip().splitlines()[-1])["allocator"]
+    assert (allocator == RETAINED_ALLOCATOR) == (setting != "0"), allocator
     warned = "TF_FBN_OPS_RETAINED_MIB" in result.stderr
     assert warned == (setting == "not-a-number"), result.stderr

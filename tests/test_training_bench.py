@@ -65,3 +65,12 @@ def test_bad_options_exit_with_status_2() -> None:
     result = _bench("--models", "resnet3d", timeout=60)
     assert result.returncode == 2
     assert "resnet2d" in result.stderr  # the valid choices are listed
+
+
+def test_silent_worker_is_killed(tmp_path) -> None:
+    """A worker that prints nothing for --timeout seconds is taken for hung: killed, exit 1,
+    and the parent says so (here it is still importing TensorFlow after 0.01 s)."""
+    result = _bench("--quick", "--timeout", "0.01", "--out", str(tmp_path), timeout=60)
+    assert result.returncode == 1
+    assert "printed nothing for 0.01 s and was killed" in result.stderr
+    assert not (tmp_path / "training.json").exists()

@@ -41,19 +41,23 @@ def forward_op_gradient(forward_type: str, grad_y, x, scale, saved_or_population
     return tuple(GRADIENT_OF[forward_type](**kwargs)[:3])
 
 
-def population_statistics_gradient(scale_backprop, offset_backprop, scale, variance,
-                                   epsilon: float):
-    """Gradients of an inference-mode batch norm with respect to its mean and variance.
+def inference_gradient(grad_y, x, scale, mean, variance, epsilon: float, data_format: str):
+    """Gradients of an inference-mode batch norm (FusedBatchNormV3's arithmetic, given mean and
+    variance) with respect to x, scale, offset, mean and variance.
 
-    TensorFlow's own gradient leaves them out; Keras' unfused layer has them, so a model whose
-    population statistics are differentiated gets the same answer from either. With
-    y = scale * (x - mean) * r + offset and r = (variance + epsilon)^-1/2, both are per-channel
-    rescalings of the other two gradients:
+    The first three are the shim's op. TensorFlow's own gradient leaves the statistics out;
+    Keras' unfused layer has them, so a model whose population statistics are differentiated
+    gets the same answer from either. With y = scale * (x - mean) * r + offset and
+    r = (variance + epsilon)^-1/2, both are per-channel rescalings of the other two gradients:
     d/dmean = -offset_backprop * scale * r and d/dvariance = -scale_backprop * scale * r^2 / 2.
     """
+    unused_reserve_space_3 = tf.zeros([0], tf.float32)  # the shim ignores it, as TF's CPU kernel
+    dx, dscale, doffset = forward_op_gradient(
+        "FusedBatchNormV3", grad_y, x, scale, mean, variance, unused_reserve_space_3, epsilon,
+        data_format, is_training=False)
     inverse_std = tf.math.rsqrt(variance + epsilon)
-    return (-offset_backprop * scale * inverse_std,
-            -0.5 * scale_backprop * scale * tf.square(inverse_std))
+    return (dx, dscale, doffset, -doffset * scale * inverse_std,
+            -0.5 * dscale * scale * tf.square(inverse_std))
 
 
 def fused_batch_norm(
@@ -93,15 +97,12 @@ def fused_batch_norm(
             is_training=is_training, name=name)
 
         def backward(grad_y, unused_grad_mean, unused_grad_variance):
-            stats = ((out.reserve_space_1, out.reserve_space_2) if is_training
-                     else (mean, variance))
+            if not is_training:
+                return inference_gradient(grad_y, x, scale, mean, variance, epsilon, data_format)
             dx, dscale, doffset = forward_op_gradient(
-                "FusedBatchNormV3", grad_y, x, scale, *stats, out.reserve_space_3, epsilon,
-                data_format, is_training)
-            if is_training:  # mean and variance only feed the running averages
-                return dx, dscale, doffset, None, None
-            return (dx, dscale, doffset,
-                    *population_statistics_gradient(dscale, doffset, scale, variance, epsilon))
+                "FusedBatchNormV3", grad_y, x, scale, out.reserve_space_1, out.reserve_space_2,
+                out.reserve_space_3, epsilon, data_format, is_training)
+            return dx, dscale, doffset, None, None  # mean and variance feed running averages
 
         return (out.y, out.batch_mean, out.batch_variance), backward
 

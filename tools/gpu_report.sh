@@ -5,10 +5,10 @@
 # and the benchmark. Builds for the GPU present only (its compute capability), which is quicker.
 #
 # Usage: tools/gpu_report.sh DIR [STEP ...]
-#   STEP: driver build test sanitize bench (default: all, in that order; the programs are
-#   built before the first step that runs them). Writes DIR/STEP.txt for each step, and
-#   DIR/summary.txt with each step's exit status; exits 1 if any step failed. Every step needs
-#   the GPU: FBN_REQUIRE_GPU=1 is set, so a machine without one fails instead of skipping.
+#   STEP: driver build test sanitize bench (default: all, in that order; build is added first
+#   when a step that runs the programs is named without it). Writes DIR/STEP.txt for each
+#   step, and DIR/summary.txt with each step's exit status; exits 1 if any step failed. Every
+#   step needs the GPU: FBN_REQUIRE_GPU=1 is set, so a machine without one fails, not skips.
 #   FBN_SANITIZER_TIMEOUT (seconds, default 240) bounds each compute-sanitizer run.
 set -u
 [[ $# -ge 1 ]] || { sed -n 2,12p "$0"; exit 2; }
@@ -59,21 +59,18 @@ run_step() {
   esac
 }
 
+# The programs are (re)built before any step that runs them, unless the list says when.
+if [[ " ${steps[*]} " =~ \ (test|sanitize|bench)\  && ! " ${steps[*]} " =~ \ build\  ]]; then
+  steps=(build "${steps[@]}")
+fi
 failed=0
-built=0
 : >"$dir/summary.txt"
 for step in "${steps[@]}"; do
-  # The programs are (re)built once, before the first step that runs them.
-  first=()
-  [[ $step =~ ^(test|sanitize|bench)$ && $built == 0 ]] && first=(build)
-  for each in "${first[@]}" "$step"; do
-    [[ $each == build ]] && built=1
-    start=$SECONDS
-    run_step "$each" >"$dir/$each.txt" 2>&1
-    status=$?
-    failed=$((failed || status != 0))
-    echo "$each: exit $status, $((SECONDS - start)) s; last line: $(tail -1 "$dir/$each.txt")" |
-      tee -a "$dir/summary.txt"
-  done
+  start=$SECONDS
+  run_step "$step" >"$dir/$step.txt" 2>&1
+  status=$?
+  failed=$((failed || status != 0))
+  echo "$step: exit $status, $((SECONDS - start)) s; last line: $(tail -1 "$dir/$step.txt")" |
+    tee -a "$dir/summary.txt"
 done
 exit $failed

@@ -2,8 +2,8 @@
 // decided the same way for both: no device, or no NVIDIA driver at all, is a SKIP (a failure
 // when FBN_REQUIRE_GPU=1, so that a GPU machine cannot pass without running anything); any other
 // CUDA error, a driver too old for this runtime included, is a failure.
-#ifndef FBN_CC_TESTS_GPU_PRESENCE_H_
-#define FBN_CC_TESTS_GPU_PRESENCE_H_
+#ifndef TF_FBN_OPS_CC_TESTS_GPU_PRESENCE_H_
+#define TF_FBN_OPS_CC_TESTS_GPU_PRESENCE_H_
 
 #include <cuda_runtime.h>
 
@@ -55,4 +55,4 @@ inline GpuPresence ProbeGpu(const char* program) {
 
 }  // namespace fbn
 
-#endif  // FBN_CC_TESTS_GPU_PRESENCE_H_
+#endif  // TF_FBN_OPS_CC_TESTS_GPU_PRESENCE_H_

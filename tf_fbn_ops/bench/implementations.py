@@ -116,7 +116,7 @@ def first_line(error: BaseException) -> str:
 
 # --- TensorFlow ------------------------------------------------------------------------------
 
-def _tf_op(name: str) -> Callable[..., Any]:
+def tf_op(name: str) -> Callable[..., Any]:
     """The V3 op of an implementation: the shim's public wrapper, or TensorFlow's raw op."""
     if name in ("shim", "shim_stock", "shim_xla"):
         import tf_fbn_ops  # noqa: PLC0415 - imported with TensorFlow, in the worker only
@@ -127,7 +127,7 @@ def _tf_op(name: str) -> Callable[..., Any]:
     return tf.raw_ops.FusedBatchNormGradV3
 
 
-def _tf_kwargs(case: Case, inputs: Inputs) -> tuple[Any, dict]:
+def tf_kwargs(case: Case, inputs: Inputs) -> tuple[Any, dict]:
     """dy and the other keyword arguments of FusedBatchNormGradV3, as tensors."""
     import tensorflow as tf  # noqa: PLC0415
 
@@ -147,7 +147,7 @@ def _tf_kwargs(case: Case, inputs: Inputs) -> tuple[Any, dict]:
     return dy, kwargs
 
 
-def _tf_chain(op: Callable[..., Any], kwargs: dict) -> Callable[[Any], Any]:
+def tf_chain(op: Callable[..., Any], kwargs: dict) -> Callable[[Any], Any]:
     """A tf.function of CHAIN_LENGTH calls, each one's dx the next one's dy, so one Python call
     runs many ops and TF's per-call dispatch is amortised."""
     import tensorflow as tf  # noqa: PLC0415
@@ -169,8 +169,8 @@ def prepare_xla(name: str, case: Case, inputs: Inputs) -> Runner:
     No chained variant: XLA would fuse the chain into something other than 20 calls."""
     import tensorflow as tf  # noqa: PLC0415
 
-    op = _tf_op(name)
-    dy, kwargs = _tf_kwargs(case, inputs)
+    op = tf_op(name)
+    dy, kwargs = tf_kwargs(case, inputs)
     compiled = tf.function(lambda dy: op(y_backprop=dy, **kwargs), jit_compile=True)
     compiled(dy)
     return Runner({EAGER: lambda: compiled(dy)}, {EAGER: 1}, _tf_aggregates)
@@ -178,12 +178,12 @@ def prepare_xla(name: str, case: Case, inputs: Inputs) -> Runner:
 
 def prepare_tensorflow(name: str, case: Case, inputs: Inputs) -> Runner:
     """The shim or tf.raw_ops: eager calls, plus the chained tf.function for small cases."""
-    op = _tf_op(name)
-    dy, kwargs = _tf_kwargs(case, inputs)
+    op = tf_op(name)
+    dy, kwargs = tf_kwargs(case, inputs)
     variants: dict[str, Callable[[], Any]] = {EAGER: lambda: op(y_backprop=dy, **kwargs)}
     calls = {EAGER: 1}
     if case.elements <= CHAIN_MAX_ELEMENTS:
-        chained = _tf_chain(op, kwargs)
+        chained = tf_chain(op, kwargs)
         variants[CHAINED] = lambda: chained(dy)
         calls[CHAINED] = CHAIN_LENGTH
     notes = []

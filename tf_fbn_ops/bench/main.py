@@ -17,6 +17,7 @@ from pathlib import Path
 from tf_fbn_ops.bench import cases as case_list
 from tf_fbn_ops.bench import machine, native_build, report, streaming
 from tf_fbn_ops.bench.cases import Case
+from tf_fbn_ops.bench.cli import int_list, name_list, progress
 from tf_fbn_ops.bench.implementations import (
     DEFAULT_IMPLEMENTATIONS,
     GROUP_OF,
@@ -33,29 +34,6 @@ DEFAULT_ROUNDS = 7
 QUICK_ROUNDS = 2
 
 
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers: {text}") from error
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"thread counts must be >= 1: {text}")
-    return values
-
-
-def _impl_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(IMPLEMENTATIONS))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown implementation(s) {unknown}; choose from {','.join(IMPLEMENTATIONS)}")
-    return [n for n in IMPLEMENTATIONS if n in names]  # canonical order
-
-
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tf_fbn_ops bench",
@@ -64,11 +42,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None,
                         help=f"timing rounds per case (default {DEFAULT_ROUNDS}; "
                              f"{QUICK_ROUNDS} with --quick)")
-    parser.add_argument("--threads", type=_int_list, default=[1, 2],
+    parser.add_argument("--threads", type=int_list, default=[1, 2],
                         help="comma-separated thread counts (default 1,2)")
     parser.add_argument("--filter", help="regular expression (or substring) on case names such "
                                          "as 32x56x56x64-NCHW-train-float32")
-    parser.add_argument("--impls", type=_impl_list, default=list(DEFAULT_IMPLEMENTATIONS),
+    parser.add_argument("--impls", type=name_list(IMPLEMENTATIONS, "implementation"),
+                        default=list(DEFAULT_IMPLEMENTATIONS),
                         help="comma-separated implementations, from "
                              f"{','.join(IMPLEMENTATIONS)} (default "
                              f"{','.join(DEFAULT_IMPLEMENTATIONS)}); shim_xla and tf_xla are "

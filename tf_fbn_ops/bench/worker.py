@@ -28,7 +28,7 @@ from typing import IO, Any
 import numpy as np
 
 from tf_fbn_ops._onednn import onednn_enabled
-from tf_fbn_ops.bench import contention, protocol
+from tf_fbn_ops.bench import protocol
 from tf_fbn_ops.bench import implementations as impls
 from tf_fbn_ops.bench.batch_timer import time_batch
 from tf_fbn_ops.bench.cases import Case

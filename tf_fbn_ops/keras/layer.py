@@ -15,12 +15,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from tf_fbn_ops import _loader
-from tf_fbn_ops.batch_norm import (
-    MIN_EPSILON,
-    forward_op_gradient,
-    fused_batch_norm,
-    population_statistics_gradient,
-)
+from tf_fbn_ops.batch_norm import MIN_EPSILON, fused_batch_norm, inference_gradient
 
 # Input dtypes TensorFlow's fused op takes; its statistics and parameters stay float32, as
 # Keras' layer computes in float32 for 16-bit inputs.
@@ -87,14 +82,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
                 epsilon=self.epsilon)
 
             def backward(grad_outputs):
-                unused_reserve_space_3 = tf.zeros([0], tf.float32)
-                dx, dscale, doffset = forward_op_gradient(
-                    "FusedBatchNormV3", tf.cast(grad_outputs, x.dtype), x, scale, mean,
-                    variance, unused_reserve_space_3, self.epsilon, data_format,
-                    is_training=False)
-                return (dx, dscale, doffset,
-                        *population_statistics_gradient(dscale, doffset, scale, variance,
-                                                        self.epsilon))
+                return inference_gradient(tf.cast(grad_outputs, x.dtype), x, scale, mean,
+                                          variance, self.epsilon, data_format)
 
             return outputs, backward
 

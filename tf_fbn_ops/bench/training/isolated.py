@@ -25,10 +25,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from tf_fbn_ops.bench.batch_timer import time_batch
-from tf_fbn_ops.bench.implementations import CHAIN_LENGTH, _tf_chain
+from tf_fbn_ops.bench.cases import Case
+from tf_fbn_ops.bench.implementations import CHAIN_LENGTH, tf_chain, tf_kwargs, tf_op
+from tf_fbn_ops.bench.inputs import make_inputs
 from tf_fbn_ops.bench.stats import median_ns
 from tf_fbn_ops.bench.training.variants import KERAS3_UNFUSED, SHIM, TF_FUSED
 
@@ -47,30 +47,17 @@ class LayerBackward:
 
     def __init__(self, kind: str, shape: tuple[int, ...], epsilon: float, data_format: str,
                  seed: int):
-        import tensorflow as tf  # noqa: PLC0415 - the worker imports it after setting threads
-
-        self.kind = kind
-        rng = np.random.default_rng(seed)
-        x = tf.constant(rng.standard_normal(shape, dtype=np.float32))
-        dy = tf.constant(rng.standard_normal(shape, dtype=np.float32))
-        if kind == KERAS3_UNFUSED:
-            self._functions = _keras3_functions(x, dy, epsilon)
-            return
-        if kind not in (TF_FUSED, SHIM):
+        if kind not in (TF_FUSED, SHIM, KERAS3_UNFUSED):
             raise ValueError(f"unknown backward kind {kind!r}")
-        if kind == SHIM:
-            import tf_fbn_ops  # noqa: PLC0415
-
-            op = tf_fbn_ops.fused_batch_norm_grad_v3
-        else:
-            op = tf.raw_ops.FusedBatchNormGradV3
-        channels = shape[-1]
-        mean, variance = tf.nn.moments(x, axes=list(range(len(shape) - 1)))
-        kwargs = dict(x=x, scale=tf.constant(rng.uniform(0.5, 1.5, channels).astype(np.float32)),
-                      reserve_space_1=mean, reserve_space_2=variance,
-                      reserve_space_3=tf.zeros([0], tf.float32), epsilon=epsilon,
-                      data_format=data_format, is_training=True)
-        chained = _tf_chain(op, kwargs)
+        self.kind = kind
+        # The op harness's inputs (x's batch statistics as the reserve spaces) and op wrappers.
+        case = Case(tuple(shape), data_format, True, "float32")
+        dy, kwargs = tf_kwargs(case, make_inputs(case, seed))
+        if kind == KERAS3_UNFUSED:
+            self._functions = _keras3_functions(kwargs["x"], dy, epsilon)
+            return
+        chained = tf_chain(tf_op("shim" if kind == SHIM else "tf_eigen"),
+                           {**kwargs, "epsilon": epsilon})
         chained(dy)  # traced here, not in the first timed round
         self._functions = {"chained": lambda: chained(dy)}
 

@@ -15,20 +15,11 @@ import sys
 from pathlib import Path
 
 from tf_fbn_ops.bench import machine
-from tf_fbn_ops.bench.main import _int_list, progress
+from tf_fbn_ops.bench.cli import int_list, name_list, progress
 from tf_fbn_ops.bench.training import models, report, results, spawn, variants
 
 DEFAULTS = {"threads": [1, 2], "rounds": 7, "steps": 10, "bn_calls": 20}
 QUICK = {"threads": [1], "rounds": 1, "steps": 2, "bn_calls": 3}
-
-
-def _model_list(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(models.MODELS))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown model(s) {unknown}; choose from {','.join(models.MODELS)}")
-    return [n for n in models.MODELS if n in names]  # canonical order
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -42,7 +33,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                     "batch-norm backward's share of the step estimated from isolated op times.")
     # The op harness hands the whole command line over; the flag itself means nothing here.
     parser.add_argument("--training", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=_int_list, default=None,
+    parser.add_argument("--threads", type=int_list, default=None,
                         help="comma-separated intra-op thread counts, one worker each "
                              "(default 1,2; 1 with --quick)")
     parser.add_argument("--rounds", type=int, default=None,
@@ -52,7 +43,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="timed training steps per variant and round, whose median is "
                              f"the round's sample (default {DEFAULTS['steps']}; "
                              f"{QUICK['steps']} with --quick)")
-    parser.add_argument("--models", type=_model_list, default=list(models.MODELS),
+    parser.add_argument("--models", type=name_list(models.MODELS, "model"),
+                        default=list(models.MODELS),
                         help=f"comma-separated models, from {','.join(models.MODELS)} "
                              "(default both)")
     parser.add_argument("--quick", action="store_true",
@@ -62,6 +54,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="output directory (default build/bench)")
     parser.add_argument("--seed", type=int, default=2026,
                         help="seed of weights, data and visit order")
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="seconds a worker may print nothing before it is taken for hung "
+                             "and killed (default 600)")
     args = parser.parse_args(argv)
     for key, default in (QUICK if args.quick else DEFAULTS).items():
         if getattr(args, key, None) is None:
@@ -98,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                  f"{','.join(args.models)}, {args.rounds} round(s) of {args.steps} step(s)")
         try:
             worker_results.append(spawn.run_worker(
-                threads, worker_job(args), args.out / "logs" / f"training-t{threads}.log"))
+                threads, worker_job(args), args.out / "logs" / f"training-t{threads}.log",
+                args.timeout))
         except spawn.WorkerFailed as error:
             progress(str(error))
             return 1

@@ -37,20 +37,19 @@ def build_rows(worker_results: list[dict]) -> list[dict]:
     rows = []
     for result in worker_results:
         for model in result["models"]:
-            step_ms = {name: _ms(_summary(v["samples_ns"]))
-                       for name, v in model["variants"].items()}
+            summaries = {name: _summary(v["samples_ns"]) for name, v in model["variants"].items()}
+            step_ms = {name: _ms(summary) for name, summary in summaries.items()}
             for name, timed in model["variants"].items():
-                rows.append(_row(result["threads"], model, name, timed, step_ms))
+                rows.append(_row(result["threads"], model, name, timed, summaries[name], step_ms))
     # Stable: the variants stay in their order within a (model, threads).
     rows.sort(key=lambda r: (MODELS.index(r["model"]), r["threads"]))
     return rows
 
 
-def _row(threads: int, model: dict, name: str, timed: dict,
+def _row(threads: int, model: dict, name: str, timed: dict, summary: dict | None,
          step_ms: dict[str, float | None]) -> dict:
     variant = VARIANTS[name]
     baseline = variant.baseline if variant.baseline in model["variants"] else None
-    summary = _summary(timed["samples_ns"])
     backward = model["bn_backward"][timed["backward_kind"]]
     bn_summary = _summary(backward["samples_ns"])
     bn_ms = _ms(bn_summary)

@@ -18,22 +18,18 @@ import json
 import random
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tf_fbn_ops.bench import contention
 from tf_fbn_ops.bench.batch_timer import time_batch
+from tf_fbn_ops.bench.cli import name_list, progress
 from tf_fbn_ops.bench.stats import median_ns
 from tf_fbn_ops.bench.training import models, variants
 from tf_fbn_ops.bench.training.isolated import LayerBackward
 from tf_fbn_ops.bench.worker import _protocol_streams, setup_tensorflow
 
 WARMUP_STEPS = 3  # untimed steps after the one that traces (1 with --quick)
-
-
-def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -244,22 +240,12 @@ def run(args: argparse.Namespace) -> dict:
             "models": [_model_json(spec, trained, backward) for spec in specs.values()]}
 
 
-def _names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
-    """An argparse type: comma-separated names from ``choices``, in their order."""
-    def parse(text: str) -> list[str]:
-        names = [n.strip() for n in text.split(",") if n.strip()]
-        unknown = sorted(set(names) - set(choices))
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {unknown}; choose from {choices}")
-        return [n for n in choices if n in names]
-    return parse
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, required=True)
-    parser.add_argument("--models", type=_names(models.MODELS), required=True)
-    parser.add_argument("--variants", type=_names(variants.NAMES), default=list(variants.NAMES))
+    parser.add_argument("--models", type=name_list(models.MODELS, "model"), required=True)
+    parser.add_argument("--variants", type=name_list(variants.NAMES, "variant"),
+                        default=list(variants.NAMES))
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--bn-calls", type=int, required=True)
