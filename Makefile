@@ -15,7 +15,10 @@
 # (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
-# installs torch and matplotlib into the venv first; results in build/bench), clean.
+# installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary
+# wheel for the venv's TensorFlow in dist/, checked by auditwheel), wheel-smoke (that wheel
+# installed into a new environment and used from outside the checkout; CI runs it), wheels (one
+# wheel per TensorFlow 2.12-2.21 in dist/), clean.
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -58,7 +61,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
         sanitize fuzz test-large \
-        tf-matrix bazel-test bench clean
+        tf-matrix bazel-test bench wheel wheel-smoke wheels clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
@@ -185,6 +188,18 @@ test-large: lib
 
 tf-matrix:
 	$(PYTHON) tools/tf_matrix.py
+
+# Binary wheels: the library with its CPU, CUDA and XLA code, tagged by auditwheel for the glibc
+# of TensorFlow's own wheel, TensorFlow pinned through extras (build_support/versioning.py).
+wheel: $(DEPS)
+	$(PY) tools/build_wheel.py --out dist
+
+wheel-smoke: wheel
+	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) \
+	    --tensorflow "$(TF_PACKAGE)"
+
+wheels:
+	$(PYTHON) tools/tf_matrix.py --wheels
 
 $(BENCH_DEPS): $(DEPS)
 	$(PY) -m pip install --quiet $(BENCH_PACKAGES)

@@ -2,7 +2,7 @@
 installed in the building interpreter. Install with ``pip install --no-build-isolation .`` (or
 ``-e .``): with build isolation pip would build against a different TensorFlow, or none.
 Static package metadata lives in pyproject.toml; the version is set here, with the TensorFlow
-the library is built for as its local label (0.2.0+tf2.21).
+the library is built for as a fourth number (0.2.0.221 for TensorFlow 2.21).
 
 Objects go to a folder per build key: a hash of everything that changes them (the TensorFlow
 version and its compile flags, the compiler, our flags, CUDA and its architectures, sanitizer
@@ -10,13 +10,18 @@ mode). Switching TensorFlow and rebuilding therefore never reuses objects compil
 one, and the library is relinked whenever the key of the objects it holds differs.
 
 Compiler flags come from ``tf.sysconfig`` only; nothing is machine-specific (no -march=native),
-so the library runs on any x86-64. When nvcc is found (``CUDA_HOME``, then ``PATH``) the CUDA
-kernels are compiled in too and the static CUDA runtime is linked, so the same library loads into
-tensorflow-cpu and into CUDA TensorFlow. Environment knobs:
+so the library runs on any x86-64. The CUDA kernels are compiled in with
+the static CUDA runtime, so the same library loads into tensorflow-cpu and into CUDA TensorFlow;
+nvcc comes from ``CUDA_HOME``, else ``PATH``, else NVIDIA's pinned PyPI packages, fetched into
+build/ (build_support/cuda_toolkit.py). The link keeps the library loadable on the glibc of the
+TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment knobs:
   CXX                    the C++ compiler (default g++)
   TF_FBN_OPS_JOBS        parallel compile jobs (default: number of CPUs)
-  TF_FBN_OPS_CUDA        0: CPU only; 1: CUDA required; unset: CUDA when nvcc is found
+  TF_FBN_OPS_CUDA        0: CPU only; 1: a CUDA toolkit on the machine is required; unset: the
+                         machine's toolkit, else the compiler from PyPI
   TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default "75;80;86;89;90", plus PTX of the last)
+  TF_FBN_OPS_GLIBC_FLOOR oldest glibc the library must load on, e.g. 2.27 (an error if it cannot);
+                         0: none; unset: the TensorFlow wheel's, where this system allows it
   TF_FBN_OPS_XLA         0: no XLA lowerings; 1: XLA required; unset: XLA when TensorFlow ships
                          what it needs (tf2xla headers and libtensorflow_cc)
   TF_FBN_OPS_SANITIZE    1: build with AddressSanitizer and UndefinedBehaviorSanitizer (make sanitize)
@@ -27,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -38,9 +44,12 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # build_support/, beside this file
+
+from build_support import cuda_toolkit, glibc_floor, versioning  # noqa: E402
 PACKAGE = "tf_fbn_ops"
 LIBRARY = "_fbn_ops.so"
-VERSION = "0.2.0"
+VERSION = versioning.RELEASE
 ISOLATED_BUILD_MESSAGE = (
     "tf-fbn-ops must be compiled against the TensorFlow that will load it, but TensorFlow cannot "
     "be imported here (pip's build isolation hides it). Install TensorFlow first, then build "
@@ -122,40 +131,6 @@ def xla_support(include: Path, lib: Path, cxx: list[str],
     return [], [], reason
 
 
-def find_cuda() -> Path | None:
-    """The CUDA toolkit root (from CUDA_HOME, else the nvcc on PATH), or None for a CPU build."""
-    mode = os.environ.get("TF_FBN_OPS_CUDA", "")
-    if mode == "0":
-        return None
-    if os.environ.get("CUDA_HOME") and (Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc").is_file():
-        return Path(os.environ["CUDA_HOME"])
-    if shutil.which("nvcc"):
-        # The nvcc on PATH may be a link or a wrapper script: ask it where its toolkit is.
-        dryrun = subprocess.run([shutil.which("nvcc"), "--dryrun", "-c", "-x", "cu", os.devnull,
-                                 "-o", os.devnull], capture_output=True, text=True)
-        for line in (dryrun.stdout + dryrun.stderr).splitlines():
-            if line.startswith("#$ TOP="):
-                return Path(line.split("=", 1)[1].strip()).resolve()
-    if mode == "1":
-        raise RuntimeError("TF_FBN_OPS_CUDA=1, but no nvcc in $CUDA_HOME/bin or on PATH")
-    return None
-
-
-def nvcc_arch_flags() -> list[str]:
-    """-gencode flags: SASS for each requested SM, PTX of the newest for future GPUs."""
-    archs = [a.strip() for a in os.environ.get("TF_FBN_OPS_CUDA_ARCHS", "75;80;86;89;90")
-             .replace(",", ";").split(";") if a.strip()]
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    return flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
-
-
-def static_cudart(cuda: Path) -> Path:
-    for folder in ("lib64", "lib", "targets/x86_64-linux/lib"):
-        if (cuda / folder / "libcudart_static.a").is_file():
-            return cuda / folder / "libcudart_static.a"
-    raise RuntimeError(f"libcudart_static.a not found under {cuda}")
-
-
 def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
     """Compile flags, link flags, version, include and library folders of this TensorFlow."""
     try:
@@ -177,12 +152,14 @@ def installed_tensorflow_version() -> str | None:
 
 
 def package_version() -> str:
-    """VERSION, labelled with the TensorFlow minor the library is built for when one is there."""
+    """The release plus the TensorFlow minor the library is built for (0.2.0.221 for 2.21)."""
+    return versioning.package_version(installed_tensorflow_version())
+
+
+def tensorflow_extras() -> dict[str, list[str]]:
+    """`pip install "tf-fbn-ops[tensorflow-cpu]"` (or `[tensorflow]`) pins that TensorFlow."""
     tf_version = installed_tensorflow_version()
-    if tf_version is None:
-        return VERSION
-    major_minor = ".".join(tf_version.split(".")[:2])
-    return f"{VERSION}+tf{major_minor}"
+    return versioning.tensorflow_extras(tf_version) if tf_version else {}
 
 
 def tool_version(command: list[str]) -> str:
@@ -200,6 +177,39 @@ def build_key(parts: dict[str, object]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def glibc_floor_setting() -> tuple[str | None, bool]:
+    """The oldest glibc the library must load on, and whether that is required.
+
+    TF_FBN_OPS_GLIBC_FLOOR=2.27 requires it (wheel builds); =0 turns it off; unset, it is the
+    floor of the installed TensorFlow wheel's own platform tag (manylinux_2_27 -> 2.27), kept
+    when this system allows it.
+    """
+    setting = os.environ.get("TF_FBN_OPS_GLIBC_FLOOR", "")
+    if setting == "0":
+        return None, False
+    if setting:
+        return setting, True
+    return installed_tensorflow_glibc(), False
+
+
+def installed_tensorflow_glibc() -> str | None:
+    """The glibc version in the installed TensorFlow wheel's platform tag, e.g. "2.27"."""
+    for dist in importlib.metadata.packages_distributions().get("tensorflow", []):
+        try:
+            wheel = importlib.metadata.distribution(dist).read_text("WHEEL") or ""
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        aliases = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
+        for tag in re.findall(r"^Tag: \S+-\S+-(\S+)$", wheel, re.M):
+            found = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+            if found:
+                return f"{found.group(1)}.{found.group(2)}"
+            for alias, version in aliases.items():
+                if tag.startswith(alias):
+                    return version
+    return None
+
+
 class BuildTensorFlowOps(build_ext):
     """Compiles the op library with the TensorFlow flags, two or more files at a time."""
 
@@ -214,17 +224,24 @@ class BuildTensorFlowOps(build_ext):
         # Said on every build, not only in logs: a library without lowerings fails under jit.
         xla_state = f"not built: {no_xla_reason}" if no_xla_reason else "built"
         print(f"tf-fbn-ops: XLA lowerings {xla_state}", file=sys.stderr)
-        cuda = find_cuda()
+        cuda = cuda_toolkit.find_toolkit(ROOT / "build")
+        cuda_version = cuda.version() if cuda else None
+        if cuda:
+            print(f"tf-fbn-ops: CUDA kernels built with CUDA {cuda_version} from {cuda.origin} "
+                  f"({cuda.root}); they need an NVIDIA driver "
+                  f"{cuda_toolkit.minimum_driver(cuda_version)} or newer", file=sys.stderr)
+        floor, floor_required = glibc_floor_setting()
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
         key = build_key({
             "tensorflow": tf_version, "tf_cflags": tf_cflags, "tf_lflags": tf_lflags,
             "cxx": cxx, "cxx_version": tool_version(cxx), "flags": COMMON_FLAGS + QUIET_TF_HEADERS,
             "sanitize": sanitize_flags(core=True),
-            "cuda": str(cuda) if cuda else None,
-            "nvcc_version": tool_version([str(cuda / "bin" / "nvcc")]) if cuda else None,
-            "cuda_archs": nvcc_arch_flags() if cuda else None,
+            "cuda": str(cuda.root) if cuda else None,
+            "nvcc_version": tool_version([str(cuda.nvcc)]) if cuda else None,
+            "cuda_archs": cuda_toolkit.arch_flags() if cuda else None,
             "xla": (xla_cflags, xla_lflags, no_xla_reason),
+            "glibc_floor": floor,
         })
         obj_dir = Path(self.build_temp) / f"objects-{key}"
         obj_dir.mkdir(parents=True, exist_ok=True)
@@ -237,9 +254,9 @@ class BuildTensorFlowOps(build_ext):
         def compile_one(source: str) -> Path:
             obj = obj_dir / (source.replace("/", "_") + ".o")
             if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers
-                command = [str(cuda / "bin" / "nvcc"), "-std=c++17", "-O3", "-DNDEBUG",
+                command = [str(cuda.nvcc), "-std=c++17", "-O3", "-DNDEBUG",
                            "-Xcompiler", "-fPIC,-fvisibility=hidden", "--expt-relaxed-constexpr",
-                           f"-I{ROOT}", *nvcc_arch_flags()]
+                           f"-I{ROOT}", *cuda.include_flags(), *cuda_toolkit.arch_flags()]
             elif source in CORE_SOURCES:
                 command = [*cxx, *COMMON_FLAGS, *sanitize_flags(core=True)]
             else:
@@ -256,18 +273,47 @@ class BuildTensorFlowOps(build_ext):
         # The static CUDA runtime goes before TensorFlow's libraries: CUDA TensorFlow's
         # framework library exports cudart entry points that would otherwise satisfy ours and
         # leave the library unloadable in tensorflow-cpu.
-        cudart = [str(static_cudart(cuda)), "-ldl", "-lrt", "-lpthread"] if cuda else []
+        cudart = [str(cuda.static_runtime()), "-ldl", "-lrt", "-lpthread"] if cuda else []
+        wrap = [f"-Wl,--wrap={symbol}" for symbol in glibc_floor.WRAPPED_LIBSTDCXX]
+
+        def link(stub: list[str]) -> None:
+            self._run([*cxx, "-shared", *sanitize_flags(core=True), *map(str, objects), *stub,
+                       "-o", str(out_path), *cudart, *tf_lflags, *xla_lflags, *wrap,
+                       "-Wl,--no-undefined", "-Wl,-O1"])
+
         info_path = Path(_build_info_path(str(out_path)))
         if self.force or _stale(out_path, objects) or _recorded_key(info_path) != key:
-            self._run([*cxx, "-shared", *sanitize_flags(core=True), *map(str, objects), "-o",
-                       str(out_path), *cudart, *tf_lflags, *xla_lflags, "-Wl,--no-undefined",
-                       "-Wl,-O1"])
+            link([])
+            if floor:
+                too_new = glibc_floor.too_new_imports(out_path, floor)
+                try:
+                    if too_new:
+                        stubs = glibc_floor.write_stubs(
+                            too_new, glibc_floor.system_library(cxx, "libc.so.6"), floor,
+                            obj_dir / "glibc-stubs", cxx)
+                        link(["-Wl,--push-state,--no-as-needed", *map(str, stubs),
+                              "-Wl,--pop-state"])
+                        left = glibc_floor.too_new_imports(out_path, floor)
+                        if left:
+                            raise RuntimeError(f"still needed: {left}")
+                except (RuntimeError, subprocess.CalledProcessError) as e:
+                    if floor_required:
+                        raise
+                    print(f"tf-fbn-ops: the library needs a newer glibc than {floor} ({e}); "
+                          "it runs here but not on every system TensorFlow does",
+                          file=sys.stderr)
+                    link([])
         info_path.write_text(
             '"""Written by setup.py at build time."""\n\n'
             f"TF_VERSION = {tf_version!r}\n"
             f"CUDA = {cuda is not None}\n"
+            f"CUDA_VERSION = {cuda_version!r}\n"
+            f"CUDA_ORIGIN = {cuda.origin if cuda else None!r}\n"
+            "MINIMUM_DRIVER = "
+            f"{cuda_toolkit.minimum_driver(cuda_version) if cuda else None!r}\n"
             f"XLA = {no_xla_reason is None}\n"
             f"XLA_MISSING_REASON = {no_xla_reason!r}\n"
+            f"GLIBC = {glibc_floor.highest_version(out_path, 'GLIBC')!r}\n"
             f"BUILD_KEY = {key!r}\n"
         )
 
@@ -332,10 +378,43 @@ def require_tensorflow_for(argv: list[str]) -> None:
         raise SystemExit(ISOLATED_BUILD_MESSAGE)
 
 
+# Commands that write a wheel: setuptools before 70.1 needs the `wheel` package for them.
+WHEEL_COMMANDS = ("dist_info", "bdist_wheel", "editable_wheel")
+
+
+def require_wheel_builder_for(argv: list[str]) -> None:
+    """Exits with one line when argv builds a wheel that this setuptools cannot write."""
+    import importlib.util  # noqa: PLC0415
+
+    import setuptools  # noqa: PLC0415
+
+    too_old = tuple(int(p) for p in setuptools.__version__.split(".")[:2]) < (70, 1)
+    if (any(c in argv for c in WHEEL_COMMANDS) and too_old
+            and importlib.util.find_spec("wheel") is None):
+        raise SystemExit(
+            f"tf-fbn-ops: setuptools {setuptools.__version__} writes wheels only with the "
+            "`wheel` package, which is not installed here: run `pip install wheel` (or upgrade "
+            "setuptools to 70.1 or newer), then the same command again.")
+
+
+def license_metadata() -> dict[str, object]:
+    """Apache-2.0 in the form this setuptools understands: an SPDX expression from 77 on (the
+    older `license` field is deprecated there), the plain field before (a new virtual
+    environment's setuptools 65.5 cannot read the expression)."""
+    import setuptools  # noqa: PLC0415
+
+    major = int(setuptools.__version__.split(".")[0])
+    field = "license_expression" if major >= 77 else "license"
+    return {field: "Apache-2.0", "license_files": ["LICENSE"]}
+
+
 if __name__ == "__main__":  # setuptools runs this file as a script; tests import it
+    require_wheel_builder_for(sys.argv[1:])
     require_tensorflow_for(sys.argv[1:])
     setup(
         version=package_version(),
+        **license_metadata(),
+        extras_require=tensorflow_extras(),
         # The Keras 3 layer, and the benchmark harness (python -m tf_fbn_ops bench) with its C++
         # streaming kernel and the training-step benchmark.
         packages=[PACKAGE, f"{PACKAGE}.keras", f"{PACKAGE}.bench", f"{PACKAGE}.bench.training"],

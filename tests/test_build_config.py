@@ -24,7 +24,8 @@ def test_bazel_copts_equal_setup_py_flags() -> None:
 
 def test_bazel_nvcc_flags_equal_setup_py_defaults() -> None:
     setup, build = _read("setup.py"), _read("BUILD")
-    archs = re.search(r'TF_FBN_OPS_CUDA_ARCHS", "([\d;]+)"', setup).group(1).split(";")
+    toolkit = _read(os.path.join("build_support", "cuda_toolkit.py"))
+    archs = re.search(r'DEFAULT_ARCHS = "([\d;]+)"', toolkit).group(1).split(";")
     gencode = {f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs}
     gencode.add(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
     nvcc = re.search(r"NVCC_FLAGS = \" \"\.join\(\[(.*?)\]\)", build, re.S).group(1)

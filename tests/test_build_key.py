@@ -25,7 +25,8 @@ def setup_py():
 
 BASE = {"tensorflow": "2.21.0", "tf_cflags": ["-I/tf"], "tf_lflags": ["-ltf"], "cxx": ["g++"],
         "cxx_version": "g++ 12.2.0", "flags": ["-O3"], "sanitize": [], "cuda": None,
-        "nvcc_version": None, "cuda_archs": None, "xla": ([], [], "turned off")}
+        "nvcc_version": None, "cuda_archs": None, "xla": ([], [], "turned off"),
+        "glibc_floor": "2.27"}
 
 
 @pytest.mark.parametrize("part, other", [
@@ -34,6 +35,7 @@ BASE = {"tensorflow": "2.21.0", "tf_cflags": ["-I/tf"], "tf_lflags": ["-ltf"], "
     ("sanitize", ["-fsanitize=address"]), ("cuda", "/usr/local/cuda"),
     ("nvcc_version", "Build cuda_13.0"), ("cuda_archs", ["-gencode=arch=compute_90"]),
     ("xla", (["-I/tf/external/highwayhash"], ["-l:libtensorflow_cc.so.2"], None)),
+    ("glibc_floor", None),
 ])
 def test_every_part_changes_the_key(setup_py, part: str, other) -> None:
     assert setup_py.build_key(BASE) == setup_py.build_key(dict(BASE))
@@ -113,8 +115,10 @@ def test_isolated_build_stops_before_building(setup_py, monkeypatch) -> None:
 
 
 def test_wheel_version_carries_the_tensorflow_minor(setup_py) -> None:
-    major_minor = ".".join(tf.__version__.split(".")[:2])
-    assert setup_py.package_version() == f"{setup_py.VERSION}+tf{major_minor}"
+    major, minor = tf.__version__.split(".")[:2]
+    assert setup_py.package_version() == f"{setup_py.VERSION}.{major}{int(minor):02d}"
+    assert setup_py.tensorflow_extras()["tensorflow-cpu"] == [
+        f"tensorflow-cpu>={major}.{minor},<{major}.{int(minor) + 1}"]
     import tf_fbn_ops  # noqa: PLC0415
 
     assert tf_fbn_ops.__version__ == setup_py.VERSION

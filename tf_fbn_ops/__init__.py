@@ -9,6 +9,7 @@ as soon as both are imported (in either order), or on first use, or by ``load_li
 from tf_fbn_ops._loader import (
     LibraryVersionError,
     LibraryVersionWarning,
+    gpu_kernel_status,
     library_path,
     load_library,
     load_when_tensorflow_is_imported,
@@ -39,6 +40,7 @@ __all__ = [
     "fused_batch_norm_grad_v2",
     "fused_batch_norm_grad_v3",
     "get_include",
+    "gpu_kernel_status",
     "library_path",
     "load_library",
     *_LAZY,

@@ -18,7 +18,11 @@ def _build_summary() -> str:
         return "library not built"
     from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
 
-    device = "CPU and CUDA" if getattr(_build_info, "CUDA", False) else "CPU only"
+    device = "CPU only"
+    if getattr(_build_info, "CUDA", False):
+        cuda = getattr(_build_info, "CUDA_VERSION", None) or "?"
+        device = (f"CPU and CUDA {cuda} (NVIDIA driver "
+                  f"{getattr(_build_info, 'MINIMUM_DRIVER', None) or '?'} or newer)")
     no_xla = _loader.xla_missing_reason()
     xla = "XLA lowerings" if no_xla is None else f"no XLA lowerings ({no_xla})"
     return f"library built for TensorFlow {built}, {device}, {xla}"
@@ -43,6 +47,9 @@ def _info() -> int:
         print(f"loads: no\n{e}")
         return 1
     print("loads: yes")
+    print(f"GPU: {_loader.gpu_kernel_status()}")
+    glibc = getattr(importlib.import_module("tf_fbn_ops._build_info"), "GLIBC", None)
+    print(f"needs glibc: {glibc.split('_')[-1] if glibc else 'unknown'} or newer")
     return 0
 
 

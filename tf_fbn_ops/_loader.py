@@ -83,6 +83,26 @@ def xla_missing_reason() -> str | None:
     return getattr(_build_info, "XLA_MISSING_REASON", None) or "built without XLA lowerings"
 
 
+def gpu_kernel_status() -> str:
+    """What the library decided about its CUDA kernels when it loaded, in one line: registered
+    or not, the CUDA version they were built with, the driver that needs and the one installed.
+    Loads the library first.
+
+    Raises:
+      ImportError: the library is not built, or cannot load into this TensorFlow.
+    """
+    load_library()
+    import ctypes  # noqa: PLC0415
+
+    library = ctypes.CDLL(library_path())  # already loaded: the same handle, no second copy
+    try:
+        status = library.TfFbnOpsGpuKernelStatus
+    except AttributeError:
+        return "no GPU kernels: the library was built for the CPU only"
+    status.restype = ctypes.c_char_p
+    return status().decode()
+
+
 def load_library() -> ModuleType:
     """Loads the op library (first call only) and returns its generated op module.
 

@@ -6,7 +6,11 @@ Each version gets a throwaway virtual environment with `tensorflow-cpu==2.N.*` f
 reused for another. CPU builds (TF_FBN_OPS_CUDA=0): the CUDA core does not depend on the
 TensorFlow version. Prints a table and writes it to build/tf-matrix/results.md.
 
-Usage: python tools/tf_matrix.py [2.12 2.13 ...]
+With --wheels (`make wheels`), each version's environment builds a binary wheel instead
+(tools/build_wheel.py: CUDA, XLA, auditwheel) into dist/, and tools/wheel_smoke.py installs it
+into a new environment with that TensorFlow and checks it from outside the checkout.
+
+Usage: python tools/tf_matrix.py [--wheels] [2.12 2.13 ...]
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ def one_version(version: str) -> dict:
     row["tf"] = subprocess.run([str(python), "-c", "import tensorflow as tf; print(tf.__version__)"],
                                capture_output=True, text=True,
                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")).stdout.strip()
+    if WHEELS:
+        return one_wheel(python, row, log)
     env = dict(os.environ, TF_FBN_OPS_CUDA="0")
     start = time.time()
     built = run([str(python), "setup.py", "-q", "build_py", "--build-lib", str(home / "lib"),
@@ -75,6 +81,23 @@ def one_version(version: str) -> dict:
     return row
 
 
+def one_wheel(python: Path, row: dict, log: Path) -> dict:
+    """Builds this environment's wheel into dist/ and smoke-tests it in a new environment."""
+    start = time.time()
+    built = run([str(python), str(ROOT / "tools" / "build_wheel.py"), "--out",
+                 str(ROOT / "dist")], log, cwd=ROOT)
+    row["build_s"] = f"{time.time() - start:.0f}"
+    wheels = [l for l in log.read_text().splitlines() if l.startswith("wheel: ")]
+    if not built or not wheels:
+        return row
+    row["build"] = wheels[-1].split()[3]  # the platform tag
+    smoke = run([sys.executable, str(ROOT / "tools" / "wheel_smoke.py"), wheels[-1].split()[1],
+                 "--tensorflow", f"tensorflow-cpu=={row['tf']}"], log, cwd=ROOT)
+    row["tests"] = "wheel smoke passed" if smoke else "wheel smoke FAILED"
+    row["xla"] = "-"
+    return row
+
+
 def main(versions: list[str]) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -88,6 +111,8 @@ def main(versions: list[str]) -> int:
     table = [header, "|---|---|---|---|---|---|"] + [_table_row(r) for r in rows]
     (WORK / "results.md").write_text("\n".join(table) + "\n")
     # A TensorFlow without what the lowerings need is reported, not failed; broken ones fail.
+    if WHEELS:
+        return 0 if all(r["tests"] == "wheel smoke passed" for r in rows) else 1
     ok = all(r["build"] == "ok" and _all_passed(r["tests"])
              and (_all_passed(r["xla"]) or r["xla"].startswith("not built"))
              for r in rows)
@@ -105,5 +130,8 @@ def _all_passed(cell: str) -> bool:
     return len(parts) == 2 and parts[0] == parts[1]
 
 
+WHEELS = "--wheels" in sys.argv[1:]
+
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:] or VERSIONS))
+    chosen = [a for a in sys.argv[1:] if a != "--wheels"]
+    sys.exit(main(chosen or VERSIONS))

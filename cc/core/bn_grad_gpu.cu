@@ -505,6 +505,8 @@ const char* GpuErrorString(int error) {
   return cudaGetErrorString(static_cast<cudaError_t>(error));
 }
 
+int GpuBuildCudaVersion() { return CUDART_VERSION; }
+
 template int BatchNormGradGpu<float>(const Params&, const Tensors<float>&, void*, GpuStream);
 template int BatchNormGradGpu<Half>(const Params&, const Tensors<Half>&, void*, GpuStream);
 template int BatchNormGradGpu<BFloat16>(const Params&, const Tensors<BFloat16>&, void*,

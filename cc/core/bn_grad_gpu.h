@@ -29,6 +29,10 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
 
 const char* GpuErrorString(int error);
 
+// The CUDA runtime version the kernels were compiled and linked with (CUDART_VERSION, 1000 *
+// major + 10 * minor). A driver runs them when it supports this major version or a newer one.
+int GpuBuildCudaVersion();
+
 }  // namespace fbn
 
 #endif  // TF_FBN_OPS_CC_CORE_BN_GRAD_GPU_H_

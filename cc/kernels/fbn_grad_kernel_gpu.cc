@@ -5,6 +5,7 @@
 // reserve_space_2 is the inverse standard deviation 1/sqrt(var + eps) that the GPU forward
 // (cuDNN) saves, not the variance. In inference mode it is the population variance on both.
 #include "cc/core/bn_grad_gpu.h"
+#include "cc/kernels/driver_check_gpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "xla/stream_executor/stream.h"
 
@@ -43,7 +44,20 @@ struct BatchNormGradFunctor<GpuDevice, T> {
 template <typename T>
 using GpuGradOp = FbnFusedBatchNormGradOp<GpuDevice, T>;
 
-FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp);
+// The registrations are static locals of this function, so they happen only if it runs.
+void RegisterGpuKernels() { FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp); }
+
+// At load: a driver too old for the CUDA code would fail every GPU call, so then the kernels
+// stay unregistered (TensorFlow places the ops on the CPU) and the reason is said once.
+const bool gpu_kernels_registered = [] {
+  const GpuDriverVerdict& driver = ThisMachineGpuDriver();
+  if (driver.register_kernels) {
+    RegisterGpuKernels();
+  } else {
+    LOG(WARNING) << "tf-fbn-ops: " << driver.message;
+  }
+  return driver.register_kernels;
+}();
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow

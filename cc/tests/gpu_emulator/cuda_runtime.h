@@ -31,6 +31,9 @@
 #include <type_traits>
 #include <utility>
 
+// The emulated runtime stands in for CUDA 13.0's (cudaRuntimeGetVersion says the same).
+#define CUDART_VERSION 13000
+
 // Lets a test skip what only real hardware can show (concurrent streams, say).
 #define FBN_GPU_EMULATOR 1
 

