@@ -190,13 +190,17 @@ tf-matrix:
 	$(PYTHON) tools/tf_matrix.py
 
 # Binary wheels: the library with its CPU, CUDA and XLA code, tagged by auditwheel for the glibc
-# of TensorFlow's own wheel, TensorFlow pinned through extras (build_support/versioning.py).
+# of TensorFlow's own wheel, TensorFlow pinned through extras (build_support/versioning.py). The
+# CUDA code is built with CUDA 12.4 from Debian's packages (driver R525+, TensorFlow's own
+# floor); WHEEL_CUDA_TOOLKIT=machine builds it with the machine's toolkit instead.
+WHEEL_CUDA_TOOLKIT ?= debian-12.4
 wheel: $(DEPS)
-	$(PY) tools/build_wheel.py --out dist
+	$(PY) tools/build_wheel.py --out dist --cuda-toolkit $(WHEEL_CUDA_TOOLKIT)
 
 wheel-smoke: wheel
 	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) \
-	    --tensorflow "$(TF_PACKAGE)"
+	    --tensorflow "$(TF_PACKAGE)" \
+	    $(if $(filter debian-12.4,$(WHEEL_CUDA_TOOLKIT)),--cuda 12.4)
 
 wheels:
 	$(PYTHON) tools/tf_matrix.py --wheels

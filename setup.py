@@ -19,6 +19,7 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
   TF_FBN_OPS_JOBS        parallel compile jobs (default: number of CPUs)
   TF_FBN_OPS_CUDA        0: CPU only; 1: a CUDA toolkit on the machine is required; unset: the
                          machine's toolkit, else the compiler from PyPI
+  TF_FBN_OPS_CUDA_TOOLKIT  pypi (CUDA 13.0) or debian-12.4 (the wheels' CUDA 12.4, driver R525+)
   TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default "75;80;86;89;90", plus PTX of the last)
   TF_FBN_OPS_GLIBC_FLOOR oldest glibc the library must load on, e.g. 2.27 (an error if it cannot);
                          0: none; unset: the TensorFlow wheel's, where this system allows it
@@ -239,6 +240,7 @@ class BuildTensorFlowOps(build_ext):
             "sanitize": sanitize_flags(core=True),
             "cuda": str(cuda.root) if cuda else None,
             "nvcc_version": tool_version([str(cuda.nvcc)]) if cuda else None,
+            "nvcc_flags": list(cuda.extra_flags) if cuda else None,
             "cuda_archs": cuda_toolkit.arch_flags() if cuda else None,
             "xla": (xla_cflags, xla_lflags, no_xla_reason),
             "glibc_floor": floor,
@@ -254,7 +256,7 @@ class BuildTensorFlowOps(build_ext):
         def compile_one(source: str) -> Path:
             obj = obj_dir / (source.replace("/", "_") + ".o")
             if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers
-                command = [str(cuda.nvcc), "-std=c++17", "-O3", "-DNDEBUG",
+                command = [str(cuda.nvcc), *cuda.extra_flags, "-std=c++17", "-O3", "-DNDEBUG",
                            "-Xcompiler", "-fPIC,-fvisibility=hidden", "--expt-relaxed-constexpr",
                            f"-I{ROOT}", *cuda.include_flags(), *cuda_toolkit.arch_flags()]
             elif source in CORE_SOURCES:

@@ -5,7 +5,9 @@ fetches NVIDIA's own PyPI packages of the CUDA compiler, pinned below, into a fo
 under build/: most TensorFlow GPU users have CUDA from pip, not a toolkit, and a build that
 quietly left the GPU out would make TensorFlow copy every tensor to the CPU and back.
 TF_FBN_OPS_CUDA=0 builds for the CPU only on purpose; =1 makes a missing toolkit an error
-instead of a download.
+instead of a download. TF_FBN_OPS_CUDA_TOOLKIT chooses one explicitly: "pypi" (CUDA 13.0), or
+"debian-12.4" (CUDA 12.4 from Debian's packages, build_support/cuda_debian.py: the binary
+wheels' toolkit, for a driver floor of R525 instead of R580).
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from build_support import cuda_debian
 
 # The CUDA 13.0 compiler as NVIDIA publishes it on PyPI: the same release as the toolkit these
 # packages assemble in /usr/local/cuda on the project's machines, so both builds compile alike.
@@ -40,7 +44,9 @@ class CudaToolkit:
     """A CUDA toolkit folder and where it was found."""
 
     root: Path
-    origin: str  # "CUDA_HOME", "PATH" or "PyPI"
+    origin: str  # "CUDA_HOME", "PATH", "PyPI" or "Debian"
+    # Added to every nvcc command (the Debian toolkit's host compiler, say).
+    extra_flags: tuple[str, ...] = field(default=())
 
     @property
     def nvcc(self) -> Path:
@@ -75,6 +81,16 @@ def find_toolkit(build_dir: Path) -> CudaToolkit | None:
     mode = os.environ.get("TF_FBN_OPS_CUDA", "")
     if mode == "0":
         return None
+    chosen = os.environ.get("TF_FBN_OPS_CUDA_TOOLKIT", "")
+    if chosen == "pypi":
+        return pypi_toolkit(build_dir)
+    if chosen == f"debian-{cuda_debian.RELEASE}":
+        # nvcc would otherwise take the host compiler its package suggests (g++-13).
+        host = shutil.which(os.environ.get("CXX", "g++").split()[-1]) or "g++"
+        return CudaToolkit(cuda_debian.fetch(build_dir), "Debian", ("-ccbin", host))
+    if chosen:
+        raise RuntimeError(f"TF_FBN_OPS_CUDA_TOOLKIT={chosen}: expected pypi or "
+                           f"debian-{cuda_debian.RELEASE}")
     local = _local_toolkit()
     if local is not None:
         return local

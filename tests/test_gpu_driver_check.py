@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,14 @@ import pytest
 from fresh_process import run_python
 from tf_fbn_ops import _build_info
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # build_support/
+
 pytestmark = pytest.mark.skipif(not _build_info.CUDA, reason="CPU-only build: no GPU kernels")
+
+# The build's CUDA major, and drivers just below and just above what it needs.
+BUILT_MAJOR = int((getattr(_build_info, "CUDA_VERSION", None) or "0").split(".")[0])
+OLD_DRIVER = (BUILT_MAJOR - 1) * 1000 + 80   # e.g. 12080 (R570) for a CUDA 13 build
+NEW_DRIVER = BUILT_MAJOR * 1000 + 10         # e.g. 13010
 
 FAKE_LIBCUDA = r"""
 #include <stdlib.h>
@@ -55,25 +63,29 @@ def _probe(fake_driver_dir: Path, version: str) -> subprocess.CompletedProcess:
 
 
 def test_old_driver_leaves_gpu_kernels_unregistered_with_one_warning(fake_driver_dir) -> None:
-    result = _probe(fake_driver_dir, "12080")  # an R570 driver: CUDA 12.8
+    result = _probe(fake_driver_dir, str(OLD_DRIVER))
     assert result.returncode == 0, result.stderr
     for line in result.stdout.splitlines()[:3]:
         assert line.endswith(" False True"), result.stdout  # no GPU kernel, the CPU one stays
     assert "cpu op: True" in result.stdout
     warnings = [l for l in result.stderr.splitlines() if "GPU kernels NOT registered" in l]
     assert len(warnings) == 1, result.stderr
-    assert "supports only CUDA 12.8" in warnings[0] and "580.65.06 or newer" in warnings[0]
+    from build_support import cuda_toolkit  # noqa: PLC0415
+
+    floor = cuda_toolkit.minimum_driver(_build_info.CUDA_VERSION)
+    assert f"supports only CUDA {BUILT_MAJOR - 1}.8" in warnings[0]
+    assert f"{floor} or newer" in warnings[0]
     assert "status: GPU kernels NOT registered" in result.stdout
 
 
 def test_new_enough_driver_registers_gpu_kernels(fake_driver_dir) -> None:
-    result = _probe(fake_driver_dir, "13010")
+    result = _probe(fake_driver_dir, str(NEW_DRIVER))
     assert result.returncode == 0, result.stderr
     for line in result.stdout.splitlines()[:3]:
         assert line.endswith(" True True"), result.stdout
     assert "NOT registered" not in result.stderr
     assert "status: GPU kernels registered" in result.stdout
-    assert "the driver supports CUDA 13.1" in result.stdout
+    assert f"the driver supports CUDA {BUILT_MAJOR}.1" in result.stdout
 
 
 def test_no_driver_registers_gpu_kernels() -> None:

@@ -188,3 +188,10 @@ def test_build_info_states_cuda_and_driver_floor() -> None:
     assert _build_info.CUDA_VERSION == "13.0"
     assert _build_info.MINIMUM_DRIVER == cuda_toolkit.minimum_driver(_build_info.CUDA_VERSION)
     assert tf.__version__ == _build_info.TF_VERSION
+
+
+def test_an_unknown_toolkit_choice_is_refused(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("TF_FBN_OPS_CUDA", raising=False)
+    monkeypatch.setenv("TF_FBN_OPS_CUDA_TOOLKIT", "cuda-11")
+    with pytest.raises(RuntimeError, match="expected pypi or debian-12.4"):
+        cuda_toolkit.find_toolkit(tmp_path)

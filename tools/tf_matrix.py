@@ -92,7 +92,7 @@ def one_wheel(python: Path, row: dict, log: Path) -> dict:
         return row
     row["build"] = wheels[-1].split()[3]  # the platform tag
     smoke = run([sys.executable, str(ROOT / "tools" / "wheel_smoke.py"), wheels[-1].split()[1],
-                 "--tensorflow", f"tensorflow-cpu=={row['tf']}"], log, cwd=ROOT)
+                 "--tensorflow", f"tensorflow-cpu=={row['tf']}", "--cuda", "12.4"], log, cwd=ROOT)
     row["tests"] = "wheel smoke passed" if smoke else "wheel smoke FAILED"
     row["xla"] = "-"
     return row

@@ -21,7 +21,14 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, cudaS
   return std::apply(
       [&](Params&... v) {
         void* pointers[] = {static_cast<void*>(&v)...};
+#ifdef FBN_GPU_EMULATOR
         return cudaLaunchKernel(kernel, grid, block, pointers, 0, stream);
+#else
+        // The runtime's C entry point, which the typed overload forwards to: CUDA 12's overload
+        // takes `const T*`, which cannot be deduced from a kernel pointer (CUDA 13's takes T*).
+        return cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, pointers, 0,
+                                stream);
+#endif
       },
       values);
 }
