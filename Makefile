@@ -6,8 +6,10 @@
 # Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
 # its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU, and FBN_REQUIRE_GPU=1
 # makes that a failure), gpu-test-large (adds float16 tensors of more than 2^31 elements; ~13 GB
-# of GPU memory), gpu-emu-test (the same CUDA source and GPU test compiled with g++ against a
-# host emulator, under ASan+UBSan: no GPU or nvcc needed), graph-api-test (tf_fbn_ops/ops.h, the
+# of GPU memory), gpu-peers (the CUDA core next to cuDNN, PyTorch and a copy on one GPU; needs
+# PyTorch with CUDA), gpu-peers-emu (its plumbing on the host emulator), gpu-emu-test (the
+# same CUDA source and GPU test compiled with g++ against a host emulator, under ASan+UBSan: no
+# GPU or nvcc needed), graph-api-test (tf_fbn_ops/ops.h, the
 # C++ graph API, against TensorFlow's classes, and examples/graph_api_example.cc), core-bench
 # (the CPU core alone, timed), sanitize (ASan+UBSan build of the core tests and of the op
 # library, and op tests under it), fuzz (100,000-case
@@ -61,7 +63,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
         sanitize fuzz test-large \
-        tf-matrix bazel-test bench wheel wheel-smoke wheels clean
+        tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
@@ -137,6 +139,31 @@ graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_EXAMPLE)
 
 gpu-bench: $(GPU_BENCH)
 	./$(GPU_BENCH)
+
+# The CUDA core next to cuDNN's and PyTorch's batch-norm backward and a copy, on one GPU
+# (PyTorch with CUDA, no TensorFlow); gpu-peers-emu runs the same harness's plumbing on the host
+# emulator (no GPU, no timing). Options in PEERS_ARGS, e.g. PEERS_ARGS=--shapes=64x56x56x256.
+GPU_PEERS_CORE := build/gpu_peers/libfbn_core.so
+GPU_PEERS_EMU_CORE := build/gpu_peers/libfbn_core_emu.so
+PEERS_ARGS ?=
+
+$(GPU_PEERS_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DNDEBUG -shared -Xcompiler -fPIC,-fvisibility=hidden \
+	    cc/core/bn_grad_gpu.cu benchmarks/gpu_peers/core_capi.cu -o $@
+
+$(GPU_PEERS_EMU_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
+	mkdir -p $(dir $@)
+	$(CXX) $(CORE_FLAGS) -O1 -shared -fPIC -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
+	    -x c++ cc/core/bn_grad_gpu.cu benchmarks/gpu_peers/core_capi.cu \
+	    -x none cc/tests/gpu_emulator/emulator.cc -o $@
+
+gpu-peers: $(GPU_PEERS_CORE)
+	$(PYTHON) benchmarks/gpu_peers/peers.py $(PEERS_ARGS)
+
+gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
+	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)
 
 $(GPU_TEST): $(CC_FILES)
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }

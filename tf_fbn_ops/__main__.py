@@ -1,4 +1,5 @@
-"""Command line: ``python -m tf_fbn_ops {demo,bench,info}``, ``--help``, ``--version``."""
+"""Command line: ``python -m tf_fbn_ops {demo,bench,info,check,cc-flags}``, ``--help``,
+``--version``."""
 
 from __future__ import annotations
 
@@ -11,29 +12,12 @@ import sys
 from tf_fbn_ops import __version__, _loader
 
 
-def _build_summary() -> str:
-    """What the library next to the package was built for, without importing TensorFlow."""
-    built = _loader.built_tensorflow_version()
-    if built is None:
-        return "library not built"
-    from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
-
-    device = "CPU only"
-    if getattr(_build_info, "CUDA", False):
-        cuda = getattr(_build_info, "CUDA_VERSION", None) or "?"
-        device = (f"CPU and CUDA {cuda} (NVIDIA driver "
-                  f"{getattr(_build_info, 'MINIMUM_DRIVER', None) or '?'} or newer)")
-    no_xla = _loader.xla_missing_reason()
-    xla = "XLA lowerings" if no_xla is None else f"no XLA lowerings ({no_xla})"
-    return f"library built for TensorFlow {built}, {device}, {xla}"
-
-
 def _info() -> int:
     """Prints what is installed and whether the library loads; 0 if it does."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     print(f"tf-fbn-ops {__version__}")
     print(f"python: {sys.version.split()[0]}")
-    print(f"build: {_build_summary()}")
+    print(f"build: {_loader.build_summary()}")
     try:
         import tensorflow as tf  # noqa: PLC0415
     except ImportError as e:
@@ -69,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         description="tf-fbn-ops: TensorFlow's batch-norm gradient ops, faster, deterministic and "
                     "exact.")
     parser.add_argument("--version", action="version",
-                        version=f"tf-fbn-ops {__version__} ({_build_summary()})")
+                        version=f"tf-fbn-ops {__version__} ({_loader.build_summary()})")
     commands = parser.add_subparsers(dest="command", metavar="command")
     commands.add_parser(
         "demo", help="run every op, dtype, layout and mode next to tf.raw_ops and print each "
@@ -89,6 +73,14 @@ def _parser() -> argparse.ArgumentParser:
                     "both.")
     cc_flags.add_argument("--cflags", action="store_true", help="compile flags only")
     cc_flags.add_argument("--libs", action="store_true", help="link flags only")
+    commands.add_parser(
+        "check", help="the self-check for bug reports: devices, GPU kernels and driver, then on "
+                      "every device parity with TensorFlow's op, determinism, in place, XLA and "
+                      "the Keras 3 layer (exit status 1 if anything fails)",
+        description="Says what is installed and what TensorFlow sees, then checks the shim on "
+                    "every device TensorFlow sees against TensorFlow's own op and a float64 "
+                    "oracle, run to run, in place and under XLA, and the Keras 3 layer's "
+                    "training step against Keras' own.")
     commands.add_parser(
         "info", help="print the package, TensorFlow and build versions and whether the library "
                      "loads (exit status 1 if it does not)",
@@ -110,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "info":
         return _info()
+    if args.command == "check":
+        return importlib.import_module("tf_fbn_ops.self_check").main()
     if args.command == "cc-flags":
         return _cc_flags(cflags=args.cflags or not args.libs, libs=args.libs or not args.cflags)
     parser.print_help()

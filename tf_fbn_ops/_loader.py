@@ -83,6 +83,23 @@ def xla_missing_reason() -> str | None:
     return getattr(_build_info, "XLA_MISSING_REASON", None) or "built without XLA lowerings"
 
 
+def build_summary() -> str:
+    """What the library next to the package was built for, without importing TensorFlow."""
+    built = built_tensorflow_version()
+    if built is None:
+        return "library not built"
+    from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
+
+    device = "CPU only"
+    if getattr(_build_info, "CUDA", False):
+        cuda = getattr(_build_info, "CUDA_VERSION", None) or "?"
+        device = (f"CPU and CUDA {cuda} (NVIDIA driver "
+                  f"{getattr(_build_info, 'MINIMUM_DRIVER', None) or '?'} or newer)")
+    no_xla = xla_missing_reason()
+    xla = "XLA lowerings" if no_xla is None else f"no XLA lowerings ({no_xla})"
+    return f"library built for TensorFlow {built}, {device}, {xla}"
+
+
 def gpu_kernel_status() -> str:
     """What the library decided about its CUDA kernels when it loaded, in one line: registered
     or not, the CUDA version they were built with, the driver that needs and the one installed.

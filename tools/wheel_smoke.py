@@ -5,12 +5,14 @@ In a new virtual environment (this interpreter's `venv`, nothing upgraded): Tens
 then the wheel with a plain `pip install` (no compiler involved, and no build step: pip must
 install it as it is), from a scratch folder so nothing of the checkout is importable. Then:
 - pip left the TensorFlow distribution alone (tensorflow-cpu is not swapped for tensorflow);
-- `python -m tf_fbn_ops info` and `--version` work and report CUDA and the driver floor;
+- `python -m tf_fbn_ops info` and `--version` work and report CUDA and the driver floor, and
+  the self-check (`python -m tf_fbn_ops check`) passes;
 - the CPU kernels match TensorFlow's ops (the TensorFlow-matrix smoke test, copied out);
 - all three ops have GPU kernels registered, next to the CPU and XLA ones;
 - the GPU code holds SASS for every architecture the build promises and PTX for the newest
   (cuobjdump, from NVIDIA's PyPI package);
-- the C++ header and the CLI's commands ship.
+- the C++ header ships, and the quick benchmark runs from the installed package (PyPI's torch is
+  not installed, so it reports that comparison as n/a).
 Exits non-zero on the first failure.
 
 Usage: python tools/wheel_smoke.py WHEEL [--tensorflow tensorflow-cpu==2.21.0] [--cuda 12.4]
@@ -94,6 +96,10 @@ def smoke(wheel: Path, tensorflow: str, cuda: str | None) -> None:
         version = run([python, "-m", "tf_fbn_ops", "--version"], scratch, env)
         check("library built for TensorFlow" in version, f"--version: {version.strip()}")
 
+        checked = run([python, "-m", "tf_fbn_ops", "check"], scratch, env)
+        summary = next((l for l in checked.splitlines() if l.startswith("check: ")), "no summary")
+        check(summary.endswith(" passed, 0 failed"), f"`python -m tf_fbn_ops check`: {summary}")
+
         shutil.copy(ROOT / "tools" / "tf_matrix_smoke.py", scratch / "smoke.py")
         parity = run([python, "smoke.py"], scratch, env).splitlines()
         for name in ("SMOKE", "XLA"):
@@ -115,6 +121,11 @@ def smoke(wheel: Path, tensorflow: str, cuda: str | None) -> None:
         header = Path(next(l for l in registered.splitlines()
                            if l.startswith("header:")).split(": ", 1)[1])
         check((header / "tf_fbn_ops" / "ops.h").is_file(), "C++ graph-API header installed")
+
+        bench = run([python, "-m", "tf_fbn_ops", "bench", "--quick", "--threads", "1", "--impls",
+                     "shim,tf_eigen,torch,stream", "--out", str(scratch / "bench")], scratch, env)
+        check((scratch / "bench" / "results.json").is_file() and "targets:" in bench,
+              "`bench --quick` runs from the installed package")
 
         run([*pip, "--no-deps", "--target", str(scratch / "cuobjdump"), CUOBJDUMP], scratch, env)
         cuobjdump = next((scratch / "cuobjdump").rglob("bin/cuobjdump"))

@@ -7,7 +7,7 @@
 #include "cc/core/bn_grad_gpu.h"
 #include "cc/kernels/driver_check_gpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
-#include "xla/stream_executor/stream.h"
+#include "cc/kernels/gpu_stream_gpu.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
@@ -26,7 +26,7 @@ struct BatchNormGradFunctor<GpuDevice, T> {
     if (stream == nullptr) return errors::Internal("No GPU stream available");
     // A null CUstream would mean CUDA's legacy default stream: the kernels would run unordered
     // with the op's inputs and outputs on TensorFlow's own stream.
-    const auto cuda_stream = static_cast<fbn::GpuStream>(stream->platform_specific_handle().stream);
+    const auto cuda_stream = static_cast<fbn::GpuStream>(CudaStreamOf(stream));
     if (cuda_stream == nullptr) return errors::Internal("No CUDA stream behind the GPU stream");
     Tensor scratch;
     const int64_t bytes = static_cast<int64_t>(fbn::GpuScratchBytes(params.shape));
