@@ -197,17 +197,14 @@ class EmulatedBackend:
         return tuple(np.array(_as_array(o), copy=True) for o in outputs)
 
     def same_bits(self, a: tuple, b: tuple) -> bool:
-        return all(np.array_equal(_as_array(x).view(np.uint8), _as_array(y).view(np.uint8))
-                   for x, y in zip(a, b))
+        bits = lambda o: np.ascontiguousarray(_as_array(o)).view(np.uint8)  # noqa: E731
+        return all(np.array_equal(bits(x), bits(y)) for x, y in zip(a, b))
 
     def to_numpy(self, outputs: tuple, case) -> tuple:
-        dx = outputs[0]
-        if isinstance(dx, np.ndarray):
-            dx = _from_storage(dx, case.dtype)
-            if case.channels_last:
-                dx = np.moveaxis(dx, -1, 1)
-            return dx, outputs[1].astype(np.float64), outputs[2].astype(np.float64)
-        return tuple(o.double().numpy() for o in outputs)  # PyTorch's CPU outputs
+        """float64, logical NC... order: ours hold bfloat16 as 16-bit patterns."""
+        arrays = [_as_array(o) for o in outputs]
+        return tuple(_from_storage(a, "bfloat16") if a.dtype == np.uint16
+                     else a.astype(np.float64) for a in arrays)
 
 
 class EmulatedCase:
@@ -253,7 +250,9 @@ class EmulatedCase:
                 EPSILON, pointer(self.dy), pointer(self.x), pointer(self.weight),
                 pointer(self.mean), pointer(self.var), pointer(self.dx), pointer(self.dscale),
                 pointer(self.doffset), pointer(self.scratch), None))
-            return self.dx, self.dscale, self.doffset
+            # dx in logical NC... order, as PyTorch's outputs are (a view, no copy).
+            dx = np.moveaxis(self.dx, -1, 1) if case.channels_last else self.dx
+            return dx, self.dscale, self.doffset
 
         t = self.backend.torch
 
