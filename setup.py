@@ -232,6 +232,10 @@ class BuildTensorFlowOps(build_ext):
                   f"({cuda.root}); they need an NVIDIA driver "
                   f"{cuda_toolkit.minimum_driver(cuda_version)} or newer", file=sys.stderr)
         floor, floor_required = glibc_floor_setting()
+        if floor and not floor_required and shutil.which("objdump") is None:
+            print("tf-fbn-ops: no objdump (binutils) here to check the library's glibc floor; "
+                  "it is linked for this system only", file=sys.stderr)
+            floor = None
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
         key = build_key({
