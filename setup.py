@@ -31,9 +31,7 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -144,12 +142,8 @@ def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
 
 def installed_tensorflow_version() -> str | None:
     """The installed TensorFlow's version from its package metadata (no import), or None."""
-    for dist in importlib.metadata.packages_distributions().get("tensorflow", []):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    dist = versioning.installed_tensorflow()
+    return dist.version if dist else None
 
 
 def package_version() -> str:
@@ -190,25 +184,7 @@ def glibc_floor_setting() -> tuple[str | None, bool]:
         return None, False
     if setting:
         return setting, True
-    return installed_tensorflow_glibc(), False
-
-
-def installed_tensorflow_glibc() -> str | None:
-    """The glibc version in the installed TensorFlow wheel's platform tag, e.g. "2.27"."""
-    for dist in importlib.metadata.packages_distributions().get("tensorflow", []):
-        try:
-            wheel = importlib.metadata.distribution(dist).read_text("WHEEL") or ""
-        except importlib.metadata.PackageNotFoundError:
-            continue
-        aliases = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
-        for tag in re.findall(r"^Tag: \S+-\S+-(\S+)$", wheel, re.M):
-            found = re.match(r"manylinux_(\d+)_(\d+)_", tag)
-            if found:
-                return f"{found.group(1)}.{found.group(2)}"
-            for alias, version in aliases.items():
-                if tag.startswith(alias):
-                    return version
-    return None
+    return glibc_floor.tensorflow_wheel_floor(), False
 
 
 class BuildTensorFlowOps(build_ext):
@@ -289,26 +265,11 @@ class BuildTensorFlowOps(build_ext):
 
         info_path = Path(_build_info_path(str(out_path)))
         if self.force or _stale(out_path, objects) or _recorded_key(info_path) != key:
-            link([])
             if floor:
-                too_new = glibc_floor.too_new_imports(out_path, floor)
-                try:
-                    if too_new:
-                        stubs = glibc_floor.write_stubs(
-                            too_new, glibc_floor.system_library(cxx, "libc.so.6"), floor,
-                            obj_dir / "glibc-stubs", cxx)
-                        link(["-Wl,--push-state,--no-as-needed", *map(str, stubs),
-                              "-Wl,--pop-state"])
-                        left = glibc_floor.too_new_imports(out_path, floor)
-                        if left:
-                            raise RuntimeError(f"still needed: {left}")
-                except (RuntimeError, subprocess.CalledProcessError) as e:
-                    if floor_required:
-                        raise
-                    print(f"tf-fbn-ops: the library needs a newer glibc than {floor} ({e}); "
-                          "it runs here but not on every system TensorFlow does",
-                          file=sys.stderr)
-                    link([])
+                glibc_floor.link_within_floor(link, out_path, floor, floor_required, cxx,
+                                              obj_dir / "glibc-stubs")
+            else:
+                link([])
         info_path.write_text(
             '"""Written by setup.py at build time."""\n\n'
             f"TF_VERSION = {tf_version!r}\n"

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from build_support import versioning
 
 # Where glibc before 2.34 keeps the functions that 2.34 moved into libc. A stub library with
 # the old home's name (not libc.so.6: the linker would then drop the real libc as a duplicate)
@@ -46,6 +50,47 @@ WRAPPED_LIBSTDCXX = ("_ZSt28__throw_bad_array_new_lengthv",)
 # "... g    DF .text  00000000000000a4 (GLIBC_2.2.5) pthread_create" (hidden, compat) or
 # "...  GLIBC_2.34  pthread_create" (default) for a definition.
 _DYNAMIC_SYMBOL = re.compile(r"\s(\*UND\*|\.\S+)\s+[0-9a-f]+\s+(?:Base\s+)?\(?([A-Z]+_[\d.]+)\)?\s+(\S+)$")
+
+
+# Platform tags older than PEP 600's manylinux_X_Y names.
+LEGACY_MANYLINUX = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
+
+
+def tensorflow_wheel_floor() -> str | None:
+    """The glibc version in the installed TensorFlow wheel's platform tag, e.g. "2.27"."""
+    dist = versioning.installed_tensorflow()
+    wheel = (dist.read_text("WHEEL") or "") if dist else ""
+    for tag in re.findall(r"^Tag: \S+-\S+-(\S+)$", wheel, re.M):
+        found = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+        if found:
+            return f"{found.group(1)}.{found.group(2)}"
+        for legacy, version in LEGACY_MANYLINUX.items():
+            if tag.startswith(legacy):
+                return version
+    return None
+
+
+def link_within_floor(link: Callable[[list[str]], None], library: Path, floor: str,
+                      required: bool, cc: list[str], folder: Path) -> None:
+    """Links `library` with link(extra_inputs), then, if it imports anything newer than the
+    floor, again with stub libraries for those imports. A floor that cannot be met is an error
+    when required; otherwise it is said and the library is linked for this system alone."""
+    link([])
+    too_new = too_new_imports(library, floor)
+    if not too_new:
+        return
+    try:
+        stubs = write_stubs(too_new, system_library(cc, "libc.so.6"), floor, folder, cc)
+        link(["-Wl,--push-state,--no-as-needed", *map(str, stubs), "-Wl,--pop-state"])
+        left = too_new_imports(library, floor)
+        if left:
+            raise RuntimeError(f"still needed: {left}")
+    except (RuntimeError, subprocess.CalledProcessError) as e:
+        if required:
+            raise
+        print(f"tf-fbn-ops: the library needs a newer glibc than {floor} ({e}); it runs here but "
+              "not on every system TensorFlow does", file=sys.stderr)
+        link([])
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

@@ -13,8 +13,21 @@ mismatch.
 
 from __future__ import annotations
 
+import importlib.metadata
+
 RELEASE = "0.2.0"
 TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu")
+
+
+def installed_tensorflow() -> importlib.metadata.Distribution | None:
+    """The distribution (tensorflow, tensorflow-cpu, ...) that provides the `tensorflow`
+    package here, read from metadata without importing it; None without one."""
+    for name in importlib.metadata.packages_distributions().get("tensorflow", []):
+        try:
+            return importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def tensorflow_minor(tf_version: str) -> tuple[int, int]:

@@ -86,12 +86,7 @@ def test_license_follows_the_setuptools_in_use() -> None:
 
 
 def test_built_library_needs_no_newer_glibc_than_tensorflow_s_wheel() -> None:
-    import importlib.util  # noqa: PLC0415
-
-    spec = importlib.util.spec_from_file_location("tf_fbn_ops_setup", ROOT / "setup.py")
-    setup_py = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(setup_py)
-    floor = setup_py.installed_tensorflow_glibc()
+    floor = glibc_floor.tensorflow_wheel_floor()
     assert floor is not None
     library = Path(tf_fbn_ops.library_path())
     assert glibc_floor.too_new_imports(library, floor) == {}
@@ -127,9 +122,10 @@ def test_stub_libraries_bind_moved_glibc_functions_to_their_old_versions(tmp_pat
     if not too_new:
         pytest.skip("this system's glibc predates 2.34: nothing to rebind")
     assert {"pthread_create", "dlmopen", "sem_init"} <= set(too_new)
-    stubs = glibc_floor.write_stubs(too_new, glibc_floor.system_library(["gcc"], "libc.so.6"),
-                                    "2.27", tmp_path / "stubs", ["gcc"])
-    subprocess.run(link[:-2] + ["-Wl,--no-as-needed", *map(str, stubs), *link[-2:]], check=True)
+    # The link setup.py runs: the plain one, then again with the stubs.
+    glibc_floor.link_within_floor(
+        lambda extra: subprocess.run(link[:-2] + extra + link[-2:], check=True), library,
+        "2.27", True, ["gcc"], tmp_path / "stubs")
     assert glibc_floor.too_new_imports(library, "2.27") == {}
     versions = {name: version for imp, version, name in glibc_floor.dynamic_symbols(library)
                 if imp}

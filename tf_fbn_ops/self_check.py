@@ -122,12 +122,16 @@ def _within_bound(tf, ours, theirs, oracle, dtype: str) -> str | None:
     return None
 
 
-def _op_checks(report: Report, tf, tf_fbn_ops, device: str, xla: bool) -> None:
+def run_op_cases(tf, tf_fbn_ops, device: str, xla: bool) -> dict[str, tuple[int, list[str]]]:
+    """Every op, dtype, layout and mode on `device`: for each check (parity, deterministic, in
+    place, and XLA parity when `xla`), the number of cases and the failures, one line each.
+    Also the TensorFlow-matrix smoke test's body (tools/tf_matrix_smoke.py)."""
     shims = {"V1": tf_fbn_ops.fused_batch_norm_grad, "V2": tf_fbn_ops.fused_batch_norm_grad_v2,
              "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
     builtins = {"V1": tf.raw_ops.FusedBatchNormGrad, "V2": tf.raw_ops.FusedBatchNormGradV2,
                 "V3": tf.raw_ops.FusedBatchNormGradV3}
-    tallies = {name: [0, 0] for name in ("parity", "deterministic", "in place", "XLA parity")}
+    totals: dict[str, int] = {}
+    failures: dict[str, list[str]] = {}
     seed = 0
     for op, dtypes in OPS.items():
         for dtype in dtypes:
@@ -139,13 +143,18 @@ def _op_checks(report: Report, tf, tf_fbn_ops, device: str, xla: bool) -> None:
                         outcome = _one_case(tf, shims[op], builtins[op], op, dtype, data_format,
                                             training, seed, xla)
                     for name, problem in outcome.items():
-                        tallies[name][0] += problem is None
-                        tallies[name][1] += 1
+                        totals[name] = totals.get(name, 0) + 1
+                        failures.setdefault(name, [])
                         if problem is not None:
-                            report.check(False, f"{case}: {name}: {problem}")
-    for name, (passed, total) in tallies.items():
-        if total:
-            report.check(passed == total, f"{device}: {name} {passed}/{total} cases")
+                            failures[name].append(f"{case}: {name}: {problem}")
+    return {name: (totals[name], failures[name]) for name in totals}
+
+
+def _op_checks(report: Report, tf, tf_fbn_ops, device: str, xla: bool) -> None:
+    for name, (total, failed) in run_op_cases(tf, tf_fbn_ops, device, xla).items():
+        for failure in failed:
+            report.check(False, failure)
+        report.check(not failed, f"{device}: {name} {total - len(failed)}/{total} cases")
 
 
 def _one_case(tf, shim: Callable, builtin: Callable, op: str, dtype: str, data_format: str,

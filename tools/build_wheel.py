@@ -44,11 +44,9 @@ def run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def tensorflow_floor(python: str) -> str:
-    """The glibc floor of the TensorFlow wheel installed for `python` (setup.py's own reading)."""
-    code = ("import importlib.util, sys; sys.argv = ['setup.py']; "
-            f"spec = importlib.util.spec_from_file_location('s', {str(ROOT / 'setup.py')!r}); "
-            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
-            "print(m.installed_tensorflow_glibc() or '')")
+    """The glibc floor of the TensorFlow wheel installed for `python` (the build's own reading)."""
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from build_support import "
+            "glibc_floor; print(glibc_floor.tensorflow_wheel_floor() or '')")
     floor = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
                            cwd=ROOT).stdout.strip()
     if not floor:

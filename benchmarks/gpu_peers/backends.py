@@ -25,7 +25,15 @@ def make(emulated: bool, core: ctypes.CDLL):
     return EmulatedBackend(core) if emulated else CudaBackend(core)
 
 
-def _check(core: ctypes.CDLL, error: int) -> None:
+DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def call_core(core: ctypes.CDLL, case, pointers: list[int], stream: int | None) -> None:
+    """One call of the core on `case`. pointers: dy, x, scale, mean, variance (the inverse std
+    in training, TensorFlow's GPU contract), dx, dscale, doffset, scratch."""
+    error = core.fbn_gpu_grad(DTYPE_CODE[case.dtype], case.n, case.c, case.s,
+                              int(case.channels_last), int(case.training), int(case.training),
+                              EPSILON, *pointers, stream)
     if error != 0:
         raise RuntimeError(f"fbn_gpu_grad: {core.fbn_gpu_error_string(error).decode()}")
 
@@ -128,13 +136,10 @@ class CudaCase:
 
         def ours():
             mean, var = saved if case.training else (self.running_mean, self.running_var)
-            _check(self.core, self.core.fbn_gpu_grad(
-                {"float32": 0, "float16": 1, "bfloat16": 2}[case.dtype], case.n, case.c,
-                case.s, int(case.channels_last), int(case.training), int(case.training),
-                EPSILON, self.dy.data_ptr(), self.x.data_ptr(), self.weight.data_ptr(),
-                mean.data_ptr(), var.data_ptr(), self.dx.data_ptr(), self.dscale.data_ptr(),
-                self.doffset.data_ptr(), self.scratch.data_ptr(),
-                t.cuda.current_stream().cuda_stream))
+            buffers = (self.dy, self.x, self.weight, mean, var, self.dx, self.dscale,
+                       self.doffset, self.scratch)
+            call_core(self.core, case, [b.data_ptr() for b in buffers],
+                      t.cuda.current_stream().cuda_stream)
             return self.dx, self.dscale, self.doffset
 
         def pytorch():
@@ -241,15 +246,11 @@ class EmulatedCase:
 
     def implementations(self) -> dict[str, Callable | None]:
         case = self.case
-        pointer = lambda a: a.ctypes.data  # noqa: E731
 
         def ours():
-            _check(self.core, self.core.fbn_gpu_grad(
-                {"float32": 0, "float16": 1, "bfloat16": 2}[case.dtype], case.n, case.c,
-                case.s, int(case.channels_last), int(case.training), int(case.training),
-                EPSILON, pointer(self.dy), pointer(self.x), pointer(self.weight),
-                pointer(self.mean), pointer(self.var), pointer(self.dx), pointer(self.dscale),
-                pointer(self.doffset), pointer(self.scratch), None))
+            buffers = (self.dy, self.x, self.weight, self.mean, self.var, self.dx, self.dscale,
+                       self.doffset, self.scratch)
+            call_core(self.core, case, [b.ctypes.data for b in buffers], None)
             # dx in logical NC... order, as PyTorch's outputs are (a view, no copy).
             dx = np.moveaxis(self.dx, -1, 1) if case.channels_last else self.dx
             return dx, self.dscale, self.doffset

@@ -26,7 +26,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -35,13 +34,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
+import backends  # noqa: E402 - beside this file; PyTorch is imported only when used
+from backends import EPSILON  # noqa: E402
 from tf_fbn_ops import reference  # noqa: E402 - NumPy only, no TensorFlow
 
-EPSILON = 1e-3
 RUNS = 10
 WARMUP, TIMED = 3, 20
 UNIT = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
 # gpu_bench's shapes: (N, spatial dims, C).
 SHAPES = {"32x56x56x64": (32, (56, 56), 64), "32x28x28x128": (32, (28, 28), 128),
           "32x14x14x256": (32, (14, 14), 256), "32x7x7x2048": (32, (7, 7), 2048),
@@ -113,7 +112,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "gpu_peers")
     parser.add_argument("--core", type=Path, help="the core's C library (default: build/gpu_peers/)")
     args = parser.parse_args(argv)
-    import backends  # noqa: PLC0415 - beside this file; imports PyTorch when there is one
 
     backend = backends.make(args.emulated, load_core(args.emulated, args.core))
     table = EMULATED_SHAPES if args.emulated else SHAPES
