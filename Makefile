@@ -28,6 +28,9 @@ TF_PACKAGE ?= tensorflow-cpu==2.21.0
 # Keras 2, for the tests of Keras' fused BatchNormalization (Keras 3 has no fused path). Without
 # its dependencies: it asks for the `tensorflow` package, which TF_PACKAGE already provides.
 TF_KERAS_PACKAGE ?= tf_keras==2.21.0
+# JAX (CPU), for the test of the FFI handlers as a library of their own in JAX's XLA; it runs in
+# processes of its own, never beside TensorFlow.
+JAX_PACKAGE ?= jax==0.8.1
 # Benchmark-only dependencies (make bench): PyTorch is one of the compared implementations,
 # matplotlib draws results.png.
 BENCH_PACKAGES ?= torch==2.13.0 matplotlib
@@ -49,7 +52,7 @@ CORE_FLAGS := -std=c++17 -ffp-contract=off -I. -pthread
 
 PY      := $(VENV)/bin/python
 # The stamp's name changes with the package list, so that existing environments get the new one.
-DEPS    := $(VENV)/.deps-installed-2
+DEPS    := $(VENV)/.deps-installed-3
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
@@ -62,13 +65,13 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
-        sanitize fuzz test-large \
-        tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu clean
+        sanitize fuzz fuzz-xla test-large \
+        tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test sanitize
+test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib sanitize
 	$(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) tests
 
 lib: $(LIBRARY)
@@ -81,6 +84,7 @@ $(DEPS):
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77" wheel
 	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest pytest-xdist hypothesis
 	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
+	$(PY) -m pip install --quiet "$(JAX_PACKAGE)"
 	touch $@
 
 # An editable install: the library is built in place and the package imports from the checkout.
@@ -162,6 +166,38 @@ $(GPU_PEERS_EMU_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
 gpu-peers: $(GPU_PEERS_CORE)
 	$(PYTHON) benchmarks/gpu_peers/peers.py $(PEERS_ARGS)
 
+# The FFI handlers as a library of their own (no TensorFlow): the core and cc/xla_ffi/, against
+# XLA's FFI headers copied from the venv's TensorFlow (2.20 or later) into XLA_FFI_INCLUDE, for
+# JAX or any XLA. XLA_FFI_CUDA=1 adds the CUDA core and handler (nvcc; GPU_ARCHS).
+XLA_FFI_LIB     := build/libtf_fbn_ops_xla_ffi.so
+XLA_FFI_INCLUDE ?= build/xla_ffi_include
+XLA_FFI_CUDA    ?= 0
+XLA_FFI_HEADER  := $(XLA_FFI_INCLUDE)/xla/ffi/api/ffi.h
+XLA_FFI_SOURCES := $(filter-out %_reference.cc,$(wildcard cc/core/*.cc)) \
+                   $(filter-out %_gpu.cc,$(wildcard cc/xla_ffi/*.cc))
+XLA_FFI_GPU_OBJECT := build/xla_ffi_bn_grad_gpu.o
+
+xla-ffi-lib: $(XLA_FFI_LIB)
+
+# Copied, not included in place: a GPU machine without TensorFlow gets them with the tree.
+$(XLA_FFI_HEADER):
+	@test -x $(PY) || { echo "$@ is copied from TensorFlow's headers: make lib first"; exit 1; }
+	mkdir -p $(dir $@)
+	cp "$$($(PY) -c 'import tensorflow as tf; print(tf.sysconfig.get_include())')"/xla/ffi/api/*.h \
+	    $(dir $@)
+
+$(XLA_FFI_GPU_OBJECT): $(CC_FILES)
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -DNDEBUG -Xcompiler -fPIC,-fvisibility=hidden -c cc/core/bn_grad_gpu.cu \
+	    -o $@
+
+$(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECT))
+	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG -fPIC -fvisibility=hidden -shared -I$(XLA_FFI_INCLUDE) \
+	    $(XLA_FFI_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),cc/xla_ffi/bn_grad_ffi_gpu.cc \
+	    $(XLA_FFI_GPU_OBJECT) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
+	    -ldl -lrt) -Wl,--no-undefined -o $@
+
 gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
 	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)
 
@@ -209,6 +245,11 @@ sanitize: $(DEPS)
 
 fuzz: lib
 	$(PY) tests/fuzz_long.py 100000
+
+# The same number of cases, each compiled by XLA and held to the kernel's bits (hours: one XLA
+# compilation per case).
+fuzz-xla: lib
+	$(PY) tests/fuzz_long.py --xla 100000
 
 test-large: lib
 	$(PY) -m pytest -q -rs tests/large_tensor_check.py

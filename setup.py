@@ -25,6 +25,8 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
                          0: none; unset: the TensorFlow wheel's, where this system allows it
   TF_FBN_OPS_XLA         0: no XLA lowerings; 1: XLA required; unset: XLA when TensorFlow ships
                          what it needs (tf2xla headers and libtensorflow_cc)
+  TF_FBN_OPS_XLA_FFI     0: under XLA the ops compile to the HLO lowering even where TensorFlow
+                         ships XLA's FFI headers (2.20 on), which otherwise make them custom calls
   TF_FBN_OPS_SANITIZE    1: build with AddressSanitizer and UndefinedBehaviorSanitizer (make sanitize)
 """
 
@@ -64,6 +66,11 @@ SHELL_SOURCES = sorted(
 )
 GPU_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_gpu.cc")]
 XLA_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_xla.cc")]
+# XLA FFI handlers: the core inside compiled XLA programs. They need XLA's FFI headers only.
+FFI_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "xla_ffi").glob("*.cc"))
+GPU_FFI_SOURCES = [s for s in FFI_SOURCES if s.endswith("_gpu.cc")]
+# The typed FFI API; TensorFlow's wheels ship it from 2.20 on (2.17-2.19 have only its C half).
+FFI_HEADER = "xla/ffi/api/ffi.h"
 # What the XLA lowerings need from TensorFlow: tf2xla's kernel API and XLA's builder (which has
 # lived in three places), and the library that exports both.
 XLA_KERNEL_HEADER = "tensorflow/compiler/tf2xla/xla_op_kernel.h"
@@ -128,6 +135,18 @@ def xla_support(include: Path, lib: Path, cxx: list[str],
     if mode == "1":
         raise RuntimeError(f"TF_FBN_OPS_XLA=1, but {reason}")
     return [], [], reason
+
+
+def xla_ffi_missing_reason(include: Path, no_xla_reason: str | None) -> str | None:
+    """Why XLA compiles the ops with the HLO lowering instead of custom calls of the FFI
+    handlers, or None when the handlers are built. TF_FBN_OPS_XLA_FFI=0 leaves them out."""
+    if no_xla_reason:
+        return "no XLA support"
+    if os.environ.get("TF_FBN_OPS_XLA_FFI") == "0":
+        return "turned off with TF_FBN_OPS_XLA_FFI=0"
+    if not (include / FFI_HEADER).is_file():
+        return f"this TensorFlow lacks {FFI_HEADER}"
+    return None
 
 
 def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
@@ -201,6 +220,12 @@ class BuildTensorFlowOps(build_ext):
         # Said on every build, not only in logs: a library without lowerings fails under jit.
         xla_state = f"not built: {no_xla_reason}" if no_xla_reason else "built"
         print(f"tf-fbn-ops: XLA lowerings {xla_state}", file=sys.stderr)
+        no_ffi_reason = xla_ffi_missing_reason(tf_include, no_xla_reason)
+        if not no_xla_reason:
+            path = (f"the HLO lowering ({no_ffi_reason})" if no_ffi_reason
+                    else "custom calls of the FFI handlers")
+            print(f"tf-fbn-ops: under XLA the ops compile to {path}", file=sys.stderr)
+        ffi_define = [] if no_ffi_reason else ["-DFBN_XLA_FFI=1"]
         cuda = cuda_toolkit.find_toolkit(ROOT / "build")
         cuda_version = cuda.version() if cuda else None
         if cuda:
@@ -223,6 +248,7 @@ class BuildTensorFlowOps(build_ext):
             "nvcc_flags": list(cuda.extra_flags) if cuda else None,
             "cuda_archs": cuda_toolkit.arch_flags() if cuda else None,
             "xla": (xla_cflags, xla_lflags, no_xla_reason),
+            "xla_ffi": no_ffi_reason,
             "glibc_floor": floor,
         })
         obj_dir = Path(self.build_temp) / f"objects-{key}"
@@ -230,6 +256,8 @@ class BuildTensorFlowOps(build_ext):
         headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
         sources = [s for s in sources if not no_xla_reason or s not in XLA_SHELL_SOURCES]
+        sources = [s for s in sources if s not in FFI_SOURCES
+                   or (not no_ffi_reason and (cuda or s not in GPU_FFI_SOURCES))]
         # The XLA file takes several times longer than any other: start it first.
         sources.sort(key=lambda s: s not in XLA_SHELL_SOURCES)
 
@@ -241,8 +269,11 @@ class BuildTensorFlowOps(build_ext):
                            f"-I{ROOT}", *cuda.include_flags(), *cuda_toolkit.arch_flags()]
             elif source in CORE_SOURCES:
                 command = [*cxx, *COMMON_FLAGS, *sanitize_flags(core=True)]
+            elif source in FFI_SOURCES:  # XLA's FFI headers, nothing else of TensorFlow
+                command = [*cxx, *COMMON_FLAGS, f"-I{tf_include}", *sanitize_flags(core=True)]
             else:
-                command = [*cxx, *COMMON_FLAGS, *tf_cflags, *QUIET_TF_HEADERS, *sanitize_flags()]
+                command = [*cxx, *COMMON_FLAGS, *tf_cflags, *QUIET_TF_HEADERS, *ffi_define,
+                           *sanitize_flags()]
                 if source in XLA_SHELL_SOURCES:
                     command += xla_cflags
             if self.force or _stale(obj, [ROOT / source, *headers, Path(__file__)]):
@@ -280,6 +311,8 @@ class BuildTensorFlowOps(build_ext):
             f"{cuda_toolkit.minimum_driver(cuda_version) if cuda else None!r}\n"
             f"XLA = {no_xla_reason is None}\n"
             f"XLA_MISSING_REASON = {no_xla_reason!r}\n"
+            f"XLA_FFI = {no_ffi_reason is None}\n"
+            f"XLA_FFI_MISSING_REASON = {no_ffi_reason!r}\n"
             f"GLIBC = {glibc_floor.highest_version(out_path, 'GLIBC')!r}\n"
             f"BUILD_KEY = {key!r}\n"
         )
@@ -389,7 +422,7 @@ if __name__ == "__main__":  # setuptools runs this file as a script; tests impor
                       # The C++ graph API header (tf_fbn_ops.get_include()).
                       PACKAGE: ["include/tf_fbn_ops/*.h"]},
         ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
-                               sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES)],
+                               sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES + FFI_SOURCES)],
         cmdclass={"build_ext": BuildTensorFlowOps},
         zip_safe=False,
     )

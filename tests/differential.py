@@ -16,6 +16,11 @@ Agreement rules:
     the shim's double ones did not (e.g. 1/(var + eps) beyond the float range);
   * documented supersets: TF refuses channels-first inference ("only support NHWC"), the shim
     computes it; for an empty 5-D input TF returns a 4-D x_backprop, the shim x's shape.
+
+check_jit() holds the shim under XLA (tf.function(jit_compile=True)) to its own kernels: where
+the kernel succeeds, the compiled op gives the same bits (a custom call runs that kernel); where
+the kernel raises, so does the compiled function (at tracing, from the shape function, or at
+compilation, from the kernel's own validation with the kernel's text).
 """
 
 from __future__ import annotations
@@ -141,6 +146,39 @@ def _run(fn, case: Case):
     except (tf.errors.OpError, TypeError, ValueError) as e:
         message = getattr(e, "message", None) or str(e)
         return type(e).__name__, re.sub(r"Fbn(FusedBatchNormGrad)", r"\1", message)
+
+
+def _run_jit(fn, case: Case):
+    kwargs = {k: tf.constant(v) for k, v in case.values.items()}
+    compiled = tf.function(lambda kw: fn(**kw, epsilon=case.epsilon, data_format=case.data_format,
+                                         is_training=case.is_training), jit_compile=True)
+    try:
+        return "ok", [t.numpy() for t in compiled(kwargs)]
+    except (tf.errors.OpError, TypeError, ValueError) as e:
+        return type(e).__name__, getattr(e, "message", None) or str(e)
+
+
+def _kernel_text(message: str) -> str:
+    """An eager error's own words: without TF's "{{function_node ...}}" and " [Op:...]"."""
+    return re.sub(r"^\{\{[^}]*\}\}\s*", "", message).split(" [Op:")[0]
+
+
+def check_jit(case: Case) -> str:
+    """Runs one case through the shim's kernel and through the shim under XLA; returns the
+    verdict or raises AssertionError."""
+    eager = _run(SHIM[case.op], case)
+    jit = _run_jit(SHIM[case.op], case)
+    if eager[0] != "ok":
+        assert jit[0] != "ok", f"the kernel raised {eager}, XLA computed a result"
+        if jit[0] == "InvalidArgumentError" and eager[0] == "InvalidArgumentError":
+            assert _kernel_text(eager[1]) in jit[1], f"errors differ:\n {eager}\n {jit}"
+        return f"both raise ({eager[0]} / {jit[0]})"
+    assert jit[0] == "ok", f"the kernel succeeded, XLA raised {jit}"
+    for name, a, b in zip(("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4",
+                           "reserve_space_5"), jit[1], eager[1]):
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        assert a.tobytes() == b.tobytes(), f"{name}: bits differ under XLA"
+    return "both succeed, same bits"
 
 
 def _close(name: str, got: np.ndarray, want: np.ndarray, oracle: np.ndarray, dtype: str) -> None:

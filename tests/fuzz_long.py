@@ -1,8 +1,9 @@
 """The long differential fuzz run (`make fuzz`): N random cases (default 100000) against
 tf.raw_ops, printing how many ended in each verdict. Exits non-zero on the first disagreement,
-printing the case.
+printing the case. With --xla (`make fuzz-xla`), each case is the shim under XLA against the
+shim's own kernel instead (differential.check_jit: the same bits or both raise).
 
-Usage: python tests/fuzz_long.py [N] [SEED]
+Usage: python tests/fuzz_long.py [--xla] [N] [SEED]
 """
 
 import collections
@@ -16,9 +17,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 
-from differential import cases, check  # noqa: E402
+from differential import cases, check, check_jit  # noqa: E402
 
 if __name__ == "__main__":
+    xla = "--xla" in sys.argv
+    sys.argv = [a for a in sys.argv if a != "--xla"]
+    judge = check_jit if xla else check
     total = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
     counts: collections.Counter = collections.Counter()
     start = time.time()
@@ -28,7 +32,7 @@ if __name__ == "__main__":
               suppress_health_check=list(HealthCheck))
     @given(cases())
     def run(case):
-        counts[check(case)] += 1
+        counts[judge(case)] += 1
         done = sum(counts.values())
         if done % 10_000 == 0:
             print(f"  {done} cases, {time.time() - start:.0f} s", flush=True)

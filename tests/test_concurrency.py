@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 import tf_fbn_ops
+from tf_fbn_ops import _loader
 
 SHIM = [tf_fbn_ops.fused_batch_norm_grad, tf_fbn_ops.fused_batch_norm_grad_v2,
         tf_fbn_ops.fused_batch_norm_grad_v3]
@@ -53,6 +54,31 @@ def test_threads_give_the_serial_results_bit_for_bit() -> None:
     assert len(results) == total
     mismatches = [i for i, value in results if value != serial[i]]
     assert not mismatches, f"{len(mismatches)} results differ from the serial ones"
+
+
+def test_threads_calling_compiled_functions_give_the_kernels_bits() -> None:
+    """16 threads at once calling functions compiled by XLA (custom calls of the kernels, or the
+    HLO lowering in builds without them): each result the same bits every time, and where the
+    ops compile to custom calls, the non-jit kernel's bits."""
+    distinct = 32
+    compiled = []
+    for i in range(distinct):
+        op, args, attrs = _case(i)
+        function = tf.function(lambda *a, op=op, attrs=attrs: SHIM[op](*a, **attrs)[:3],
+                               jit_compile=True)
+        compiled.append((function, args))
+
+    def run(i: int) -> bytes:
+        function, args = compiled[i]
+        return b"".join(t.numpy().tobytes() for t in function(*args))
+
+    serial = [run(i) for i in range(distinct)]
+    with concurrent.futures.ThreadPoolExecutor(THREADS) as pool:
+        results = list(pool.map(lambda i: (i % distinct, run(i % distinct)),
+                                range(THREADS * 40), chunksize=10))
+    assert not [i for i, value in results if value != serial[i]]
+    if _loader.xla_ffi_missing_reason() is None:
+        assert serial == [_bytes(i) for i in range(distinct)]
 
 
 def test_no_deadlock_inside_tensorflow_thread_pools() -> None:

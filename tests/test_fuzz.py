@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 
-from differential import Case, cases, check
+from differential import Case, cases, check, check_jit
 
 _F = np.float32
 
@@ -37,12 +37,26 @@ REGRESSIONS = [_one_element_case(True, 1e15, 1e-45, 1e15),
                _cancelling_case()]
 
 
+def with_regressions(test):
+    """The test, run on every regression case before the random ones."""
+    for case in reversed(REGRESSIONS):
+        test = example(case)(test)
+    return test
+
+
 @settings(max_examples=400, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(cases())
-@example(REGRESSIONS[0])
-@example(REGRESSIONS[1])
-@example(REGRESSIONS[2])
-@example(REGRESSIONS[3])
+@with_regressions
 def test_shim_agrees_with_tf_raw_ops(case) -> None:
     check(case)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(cases())
+@with_regressions
+def test_shim_under_xla_gives_its_kernels_bits(case) -> None:
+    """Random shapes, attrs, special values, bad inputs and empty tensors, compiled one by one
+    (`make fuzz-xla` runs the long version)."""
+    check_jit(case)

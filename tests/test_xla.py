@@ -1,7 +1,9 @@
-"""The shim's ops under XLA (tf.function(jit_compile=True)): the lowering of
-cc/kernels/fbn_grad_kernel_xla.cc against the float64 oracle, the non-jit kernels and TensorFlow's
-own ops, and the ways users reach it (fused_batch_norm, shim_gradients() in a Keras 2 training
-step, functions traced before, SavedModels, second-order gradients, bad shapes)."""
+"""The shim's ops under XLA (tf.function(jit_compile=True)), on both paths of
+cc/kernels/fbn_grad_kernel_xla.cc: custom calls of the kernels (XLA FFI; bit-identical to the
+non-jit kernels) and the HLO lowering (TF_FBN_OPS_XLA_LOWERING=hlo; within an ulp of the float64
+oracle). Against the oracle, the non-jit kernels and TensorFlow's own ops, and the ways users
+reach them (fused_batch_norm, shim_gradients() in a Keras 2 training step, functions traced
+before, SavedModels, second-order gradients, bad shapes, auto-clustering)."""
 
 from __future__ import annotations
 
@@ -24,19 +26,59 @@ pytestmark = pytest.mark.skipif(
 
 CASES = parity_cases()
 OUTPUTS = ("x_backprop", "scale_backprop", "offset_backprop")
-def run_jit(fn, case: Case, inputs: dict) -> list[np.ndarray]:
+NO_CUSTOM_CALLS = _loader.xla_ffi_missing_reason()
+CUSTOM_CALL_TARGET = 'custom_call_target="tf_fbn_ops_batch_norm_grad"'
+
+
+@pytest.fixture(params=["custom_call", "hlo"])
+def xla_path(request, monkeypatch) -> str:
+    """Each test that takes it runs once per path; the variable is read at every compilation."""
+    monkeypatch.delenv(_loader.XLA_LOWERING_VARIABLE, raising=False)
+    if request.param == "custom_call" and NO_CUSTOM_CALLS is not None:
+        pytest.skip(f"this build compiles to the HLO lowering only: {NO_CUSTOM_CALLS}")
+    if request.param == "hlo":
+        monkeypatch.setenv(_loader.XLA_LOWERING_VARIABLE, "hlo")
+    return request.param
+
+
+def assert_compiled_by(path: str, hlo: str) -> None:
+    """The HLO of a compiled shim op is a call of our target, or the lowering's double sums."""
+    if path == "custom_call":
+        assert CUSTOM_CALL_TARGET in hlo and "f64" not in hlo
+    else:
+        assert CUSTOM_CALL_TARGET not in hlo and "f64" in hlo
+
+
+def assert_bits_equal(got: np.ndarray, want: np.ndarray, name: str) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype, name
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8)), f"{name}: bits differ"
+
+
+def assert_within_an_ulp(got: np.ndarray, oracle: np.ndarray, dtype: str, name: str) -> None:
+    """Normwise, at the output's magnitude: the lowering rounds double results once."""
+    if got.size:
+        magnitude = float(np.max(np.abs(oracle)))
+        error = float(np.max(np.abs(got.astype(np.float64) - oracle)))
+        assert error <= ulp(dtype, magnitude), f"{name}: error {error:.3g}"
+
+
+def run_jit(fn, case: Case, inputs: dict, path: str | None = None) -> list[np.ndarray]:
+    """The op compiled alone; with `path`, first checks what it compiled to."""
     kwargs = _kwargs(case, inputs)
-    return [t.numpy() for t in tf.function(lambda: fn(**kwargs), jit_compile=True)()]
+    compiled = tf.function(lambda: fn(**kwargs), jit_compile=True)
+    if path is not None:
+        assert_compiled_by(path, compiled.experimental_get_compiler_ir()(stage="hlo"))
+    return [t.numpy() for t in compiled()]
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_jit_parity(case: Case) -> None:
+def test_jit_parity(case: Case, xla_path: str) -> None:
     """Every op, dtype, layout, mode and empty shape, compiled: shapes and dtypes as the
-    kernels', the parity criterion against the oracle and TF's stock kernel, and within one ulp
-    of the oracle (normwise, at the output's magnitude): the lowering rounds double-precision
-    results once, where the CPU kernels' final sweep works in float."""
+    kernels' and the parity criterion against the oracle and TF's stock kernel. The custom call
+    runs the CPU kernel itself, so its bits are the non-jit kernel's; the HLO lowering is within
+    one ulp of the oracle (where the CPU kernels' final sweep works in float)."""
     inputs = make_inputs(case)
-    jit = run_jit(SHIM[case.op], case, inputs)
+    jit = run_jit(SHIM[case.op], case, inputs, xla_path)
     eager = run_shim(case, inputs)
     stock, _ = run_tf(case, inputs)
     oracle = run_oracle(case, inputs)
@@ -51,10 +93,10 @@ def test_jit_parity(case: Case) -> None:
         dtype = case.dtype if i == 0 else "float32"
         assert_parity(name, jit[i], stock[i], oracle[i], dtype, "tf stock",
                       None if i == 0 else sum_rtol(rest))
-        if jit[i].size:
-            magnitude = float(np.max(np.abs(oracle[i])))
-            error = float(np.max(np.abs(jit[i].astype(np.float64) - oracle[i])))
-            assert error <= ulp(dtype, magnitude), f"{name}: error {error:.3g}"
+        if xla_path == "custom_call":
+            assert_bits_equal(jit[i], eager[i], name)
+        else:
+            assert_within_an_ulp(jit[i], oracle[i], dtype, name)
 
 
 # One mid-sized shape per rank and the R = 1e6 shapes: where the ways of summing differ most.
@@ -64,10 +106,10 @@ AGAINST_TF_XLA = [c for c in CASES if c.op == "V3" and c.logical_shape in
 
 
 @pytest.mark.parametrize("case", AGAINST_TF_XLA, ids=lambda c: c.id)
-def test_jit_at_least_as_accurate_as_tensorflow_under_jit(case: Case) -> None:
+def test_jit_at_least_as_accurate_as_tensorflow_under_jit(case: Case, xla_path: str) -> None:
     """TensorFlow's own op compiled by XLA (its lowering accepts channels-first inference)."""
     inputs = make_inputs(case)
-    jit = run_jit(SHIM[case.op], case, inputs)
+    jit = run_jit(SHIM[case.op], case, inputs, xla_path)
     theirs = run_jit(BUILTIN[case.op], case, inputs)
     oracle = run_oracle(case, inputs)
     for i, name in enumerate(OUTPUTS):
@@ -97,7 +139,7 @@ def _bn_problem(seed: int = 0):
     return x, weights, tf.constant([1.0, 2.0, 0.5]), tf.constant([0.1, -0.2, 0.3])
 
 
-def test_fused_batch_norm_under_jit() -> None:
+def test_fused_batch_norm_under_jit(xla_path: str) -> None:
     x, weights, scale, offset = _bn_problem()
 
     def grads():
@@ -129,7 +171,7 @@ def test_keras2_training_step_under_jit_with_shim_gradients() -> None:
         np.testing.assert_allclose(a, b, **KERAS_TOLERANCE)
 
 
-def test_function_traced_outside_xla_then_called_from_jit() -> None:
+def test_function_traced_outside_xla_then_called_from_jit(xla_path: str) -> None:
     case = Case("V3", "float32", "NCHW", False, (2, 4, 5, 3))
     inputs = make_inputs(case)
     kwargs = _kwargs(case, inputs)
@@ -137,17 +179,16 @@ def test_function_traced_outside_xla_then_called_from_jit() -> None:
     dy = kwargs["y_backprop"]
     eager = plain(dy)  # traced and run by the CPU kernel first
     compiled = tf.function(lambda dy: plain(dy), jit_compile=True)
-    hlo = compiled.experimental_get_compiler_ir(dy)(stage="hlo")
-    assert "f64" in hlo  # the shim's lowering (sums in double), not a call to the kernel
+    assert_compiled_by(xla_path, compiled.experimental_get_compiler_ir(dy)(stage="hlo"))
     oracle = run_oracle(case, inputs)
     for i, (got, want) in enumerate(zip(compiled(dy), eager)):
-        assert got.shape == want.shape
-        magnitude = float(np.max(np.abs(oracle[i])))
-        error = float(np.max(np.abs(got.numpy().astype(np.float64) - oracle[i])))
-        assert error <= ulp("float32", magnitude), OUTPUTS[i]
+        if xla_path == "custom_call":
+            assert_bits_equal(got.numpy(), want.numpy(), OUTPUTS[i])
+        else:
+            assert_within_an_ulp(got.numpy(), oracle[i], "float32", OUTPUTS[i])
 
 
-def test_second_order_gradients_under_jit() -> None:
+def test_second_order_gradients_under_jit(xla_path: str) -> None:
     rng = np.random.default_rng(4)
     kwargs = {"y_backprop": tf.constant(rng.standard_normal((2, 3, 4, 3)), tf.float32),
               "x": tf.constant(rng.standard_normal((2, 3, 4, 3)) + 0.5, tf.float32),
@@ -186,7 +227,8 @@ BAD_INPUTS = [
 
 
 @pytest.mark.parametrize("problem,shapes", BAD_INPUTS, ids=[b[0][:30] for b in BAD_INPUTS])
-def test_bad_shapes_under_jit_fail_with_the_kernels_text(problem: str, shapes: list) -> None:
+def test_bad_shapes_under_jit_fail_with_the_kernels_text(problem: str, shapes: list,
+                                                        xla_path: str) -> None:
     """Shapes unknown when traced reach the lowering, which rejects them at compile time with
     the text the kernel gives eagerly."""
     args = [tf.zeros(s) for s in shapes]
@@ -249,26 +291,31 @@ AUTO_CLUSTERED = """
     rng = np.random.default_rng(0)
     dy, x = (tf.constant(rng.standard_normal((4, 8, 8, 16)), tf.float32) for _ in range(2))
     stats = [tf.ones([16]), tf.zeros([16]), tf.ones([16]), tf.zeros([0])]
+    op = {op}
 
     def step(dy, x):  # enough element-wise ops on each side to make clusters of their own
         dy = tf.nn.relu(tf.sin(dy * 2.0 + 1.0) - 0.5)
-        dx = tf_fbn_ops.fused_batch_norm_grad_v3(dy, x, *stats)[0]
+        dx = op(dy, x, *stats)[0]
         return tf.cos(tf.exp(dx) * 3.0 + 1.0) - 2.0
 
     clustered, eager = tf.function(step)(dy, x), step(dy, x)
     np.testing.assert_allclose(clustered, eager, rtol=1e-5, atol=1e-5)
     print("RAN")
 """
+# The op as the public wrapper makes it, and as tf.load_op_library's module does.
+NODE_MAKERS = {"wrapper": "tf_fbn_ops.fused_batch_norm_grad_v3",
+               "load_op_library": "tf.load_op_library(tf_fbn_ops.library_path())"
+                                  ".fbn_fused_batch_norm_grad_v3"}
 
 
 def _clusters(dump_dir) -> dict[str, set]:
-    """Op type -> the XLA clusters its nodes were put in ("" for none), from the graphs holding
-    a shim op that --tf_xla_clustering_debug dumps after the clustering pass (eager ops get
-    graphs of their own there)."""
+    """Op type -> the XLA clusters its nodes were put in ("" for none), from the graphs of the
+    step function (a shim op between Sin and Cos) that --tf_xla_clustering_debug dumps after the
+    clustering pass (eager ops get graphs of their own there, too small to cluster)."""
     clusters: dict[str, set] = {}
     for path in dump_dir.glob("mark_for_compilation_annotated*.pbtxt"):
         text = path.read_text()
-        if '"FbnFusedBatchNormGradV3"' not in text:
+        if not all(f'op: "{op}"' in text for op in ("FbnFusedBatchNormGradV3", "Sin", "Cos")):
             continue
         for node in text.split("\nnode {")[1:]:
             op = re.search(r'op: "([^"]+)"', node).group(1)
@@ -277,14 +324,23 @@ def _clusters(dump_dir) -> dict[str, set]:
     return clusters
 
 
-def test_auto_clustering_leaves_the_ops_to_the_kernels(tmp_path) -> None:
+@pytest.mark.parametrize("maker", sorted(NODE_MAKERS))
+def test_auto_clustering(tmp_path, xla_path: str, maker: str) -> None:
     """With XLA auto-clustering on for the CPU, the element-wise ops around a shim op are
-    compiled and the shim op runs its kernel (the nodes carry _XlaCompile=False)."""
-    run = run_python(AUTO_CLUSTERED, TF_DUMP_GRAPH_PREFIX=str(tmp_path),
-                     TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit "
-                                  "--tf_xla_clustering_debug")
+    compiled. The shim op joins their cluster where it compiles to a custom call of its kernel,
+    and is left to its kernel where it would compile to the HLO lowering: however its node was
+    made (a graph pass of the library marks it)."""
+    env = {"TF_DUMP_GRAPH_PREFIX": str(tmp_path),
+           "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_clustering_debug"}
+    if xla_path == "hlo":
+        env[_loader.XLA_LOWERING_VARIABLE] = "hlo"
+    run = run_python(AUTO_CLUSTERED.replace("{op}", NODE_MAKERS[maker]), **env)
     assert "RAN" in run.stdout, run.stderr[-3000:]
     clusters = _clusters(tmp_path)
     assert clusters, "no clustering dump holds the shim op"
-    assert clusters["FbnFusedBatchNormGradV3"] == {""}
     assert "" not in clusters["Sin"] and "" not in clusters["Cos"]
+    if xla_path == "hlo":
+        assert clusters["FbnFusedBatchNormGradV3"] == {""}
+    else:
+        assert "" not in clusters["FbnFusedBatchNormGradV3"]
+        assert clusters["FbnFusedBatchNormGradV3"] <= clusters["Sin"] | clusters["Cos"]

@@ -83,6 +83,38 @@ def xla_missing_reason() -> str | None:
     return getattr(_build_info, "XLA_MISSING_REASON", None) or "built without XLA lowerings"
 
 
+# Set to "hlo" at run time, makes XLA compile the ops to the HLO lowering even in builds with the
+# FFI handlers (for debugging and comparison); read whenever XLA compiles one of the ops.
+XLA_LOWERING_VARIABLE = "TF_FBN_OPS_XLA_LOWERING"
+
+
+def xla_ffi_missing_reason() -> str | None:
+    """Why XLA compiles the ops to the HLO lowering instead of custom calls of the library's own
+    CPU and CUDA kernels (XLA's FFI), or None when the custom calls are built and not turned
+    off with TF_FBN_OPS_XLA_LOWERING=hlo."""
+    no_xla = xla_missing_reason()
+    if no_xla is not None:
+        return f"no XLA lowerings: {no_xla}"
+    if os.environ.get(XLA_LOWERING_VARIABLE) == "hlo":
+        return f"{XLA_LOWERING_VARIABLE}=hlo"
+    from tf_fbn_ops import _build_info  # noqa: PLC0415 - exists once built
+
+    if getattr(_build_info, "XLA_FFI", False):
+        return None
+    return getattr(_build_info, "XLA_FFI_MISSING_REASON", None) or "built without FFI handlers"
+
+
+def xla_path() -> str:
+    """What the ops compile to under XLA, in words, for `info`, `--version` and reports."""
+    no_xla = xla_missing_reason()
+    if no_xla is not None:
+        return f"no XLA lowerings ({no_xla})"
+    no_ffi = xla_ffi_missing_reason()
+    if no_ffi is None:
+        return "under XLA: custom calls of the kernels (XLA FFI)"
+    return f"under XLA: the HLO lowering ({no_ffi})"
+
+
 def build_summary() -> str:
     """What the library next to the package was built for, without importing TensorFlow."""
     built = built_tensorflow_version()
@@ -95,9 +127,7 @@ def build_summary() -> str:
         cuda = getattr(_build_info, "CUDA_VERSION", None) or "?"
         device = (f"CPU and CUDA {cuda} (NVIDIA driver "
                   f"{getattr(_build_info, 'MINIMUM_DRIVER', None) or '?'} or newer)")
-    no_xla = xla_missing_reason()
-    xla = "XLA lowerings" if no_xla is None else f"no XLA lowerings ({no_xla})"
-    return f"library built for TensorFlow {built}, {device}, {xla}"
+    return f"library built for TensorFlow {built}, {device}, {xla_path()}"
 
 
 def gpu_kernel_status() -> str:

@@ -5,10 +5,11 @@ Each function returns the op's namedtuple of outputs (``x_backprop``, ``scale_ba
 ``tf.function`` (``jit_compile=True`` included: the library has XLA lowerings) and in
 ``tf.compat.v1`` graphs.
 
-Nodes built in a graph carry ``_XlaCompile=False``: XLA's auto-clustering
-(``tf.config.optimizer.set_jit``, ``TF_XLA_FLAGS=--tf_xla_auto_jit=...``) then leaves them to the
-shim's kernels, which run many times faster on CPU than the compiled lowering (see the README).
-``jit_compile=True`` ignores the attribute and compiles them with the rest of the function.
+Under XLA the ops compile to custom calls of the library's own kernels (TensorFlow 2.20 and
+later), so XLA's auto-clustering (``tf.config.optimizer.set_jit``,
+``TF_XLA_FLAGS=--tf_xla_auto_jit=...``) may put them in its clusters. Where they would compile to
+the HLO lowering instead, a graph pass of the library marks their nodes ``_XlaCompile=False`` and
+clustering leaves them to the kernels (cc/kernels/xla_auto_clustering_xla.cc).
 """
 
 from __future__ import annotations
@@ -21,17 +22,8 @@ TensorLike = Any  # a tf.Tensor, or anything tf.convert_to_tensor accepts
 
 
 def _call_op(op_name: str, **kwargs: Any) -> NamedTuple:
-    """Runs the library's op `op_name` (eagerly) or adds it to the graph, where the node gets
-    ``_XlaCompile=False`` so that auto-clustering leaves it to the kernels."""
-    op = getattr(load_library(), op_name)
-    import tensorflow as tf  # noqa: PLC0415 - loaded by load_library() above
-    from tensorflow.core.framework import attr_value_pb2  # noqa: PLC0415
-
-    if tf.executing_eagerly():
-        return op(**kwargs)
-    graph = tf.compat.v1.get_default_graph()
-    with graph._attr_scope({"_XlaCompile": attr_value_pb2.AttrValue(b=False)}):  # noqa: SLF001
-        return op(**kwargs)
+    """Runs the library's op `op_name` (eagerly) or adds it to the graph."""
+    return getattr(load_library(), op_name)(**kwargs)
 
 
 def fused_batch_norm_grad(

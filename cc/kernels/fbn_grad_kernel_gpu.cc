@@ -9,6 +9,11 @@
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "cc/kernels/gpu_stream_gpu.h"
 
+#if FBN_XLA_FFI
+#include "cc/kernels/xla_ffi_targets.h"
+#include "cc/xla_ffi/bn_grad_ffi.h"
+#endif
+
 namespace tensorflow {
 namespace fbn_kernels {
 
@@ -44,8 +49,15 @@ struct BatchNormGradFunctor<GpuDevice, T> {
 template <typename T>
 using GpuGradOp = FbnFusedBatchNormGradOp<GpuDevice, T>;
 
-// The registrations are static locals of this function, so they happen only if it runs.
-void RegisterGpuKernels() { FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp); }
+// The registrations are static locals of this function, so they happen only if it runs. XLA's
+// CUDA custom-call target goes with them: where the kernels cannot run, XLA on the GPU keeps
+// the HLO lowering.
+void RegisterGpuKernels() {
+  FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp);
+#if FBN_XLA_FFI
+  RegisterXlaFfiTarget("CUDA", FbnBatchNormGradCuda);
+#endif
+}
 
 // At load: a driver too old for the CUDA code would fail every GPU call, so then the kernels
 // stay unregistered (TensorFlow places the ops on the CPU) and the reason is said once.

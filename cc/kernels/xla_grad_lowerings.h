@@ -1,0 +1,48 @@
+// The two ways the XLA kernel (fbn_grad_kernel_xla.cc) compiles a gradient op:
+//   - a custom call to our own handlers (cc/xla_ffi/) through XLA's typed FFI: the core's CPU or
+//     CUDA kernels run inside the compiled program, with the non-jit kernels' bits;
+//   - an HLO lowering, for TensorFlow wheels without what the FFI needs and on request.
+// Both take inputs that ValidateGradInputs has accepted and set all five outputs.
+#ifndef TF_FBN_OPS_CC_KERNELS_XLA_GRAD_LOWERINGS_H_
+#define TF_FBN_OPS_CC_KERNELS_XLA_GRAD_LOWERINGS_H_
+
+#include <string>
+
+#include "cc/core/bn_grad.h"
+#include "cc/kernels/fbn_grad_validation.h"
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+
+// XLA's builder moved twice: under tensorflow/compiler/ up to TF 2.13 or so, then xla/client,
+// then xla/hlo/builder (setup.py checks that one of them is there).
+#if __has_include("xla/hlo/builder/xla_builder.h")
+#include "xla/hlo/builder/xla_builder.h"
+#elif __has_include("xla/client/xla_builder.h")
+#include "xla/client/xla_builder.h"
+#else
+#include "tensorflow/compiler/xla/client/xla_builder.h"
+#endif
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// What compiles an op, as `python -m tf_fbn_ops info` and the tests name it.
+enum class XlaGradPath { kCustomCall, kHlo };
+
+// The path for ops compiled on `device_type` (XLA_CPU_JIT or XLA_GPU_JIT). kCustomCall unless
+// this build has no FFI handlers, they could not be registered for that platform, the GPU
+// kernels are off (driver too old), or TF_FBN_OPS_XLA_LOWERING=hlo asks for the HLO lowering.
+// `why` says why the HLO path was taken (empty for the custom call).
+XlaGradPath ChooseXlaGradPath(const DeviceType& device_type, std::string* why);
+
+void BuildGradCustomCall(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std);
+
+void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
+                  const fbn::Shape& shape);
+
+// Outputs 3 and 4 exist for compatibility only: empty [0], as TensorFlow's CPU kernel.
+void SetEmptyReserveOutputs(XlaOpKernelContext* ctx);
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow
+
+#endif  // TF_FBN_OPS_CC_KERNELS_XLA_GRAD_LOWERINGS_H_

@@ -1,0 +1,78 @@
+"""The FFI handlers as a library of their own (make xla-ffi-lib: the core and cc/xla_ffi/, no
+TensorFlow), registered into JAX's XLA by tools/jax_ffi_check.py in a process without
+TensorFlow: every dtype, layout and mode against the float64 oracle, run to run, bad calls, and
+bit-identical to this TensorFlow kernel on the cases it has (CPU contract)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tf_fbn_ops
+
+ROOT = Path(__file__).resolve().parent.parent
+LIBRARY = ROOT / "build" / "libtf_fbn_ops_xla_ffi.so"
+CHECK = ROOT / "tools" / "jax_ffi_check.py"
+
+
+def _check_module():
+    spec = importlib.util.spec_from_file_location("jax_ffi_check", CHECK)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _missing() -> str | None:
+    from tf_fbn_ops import _build_info  # noqa: PLC0415 - written by the build
+
+    if not getattr(_build_info, "XLA_FFI", False):
+        return f"no XLA FFI headers in this TensorFlow: {_build_info.XLA_FFI_MISSING_REASON}"
+    if importlib.util.find_spec("jax") is None:
+        return "JAX is not installed (`make test` installs it)"
+    if not LIBRARY.is_file():
+        return f"{LIBRARY.relative_to(ROOT)} is not built (make xla-ffi-lib; `make test` does)"
+    return None
+
+
+def test_jax_runs_the_handlers_with_the_kernels_bits(tmp_path) -> None:
+    missing = _missing()
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    check = _check_module()
+    expected = {}
+    rng = np.random.default_rng(0)  # the tool's own draws, so its cases get these inputs
+    for dtype_name, dtype in check.DTYPES.items():
+        for layout in check.LAYOUTS:
+            for mode, is_training, saved_inv_std in check.MODES:
+                for shape in (check.LAYOUTS[layout], check.EMPTY[layout]):
+                    inputs = check.make_inputs(rng, shape, layout, dtype, saved_inv_std)
+                    if saved_inv_std:  # the GPU contract: no CPU kernel to compare with
+                        continue
+                    key = f"{dtype_name}-{layout}-{mode}-{'x'.join(map(str, shape))}"
+                    outputs = tf_fbn_ops.fused_batch_norm_grad_v3(
+                        *(tf.constant(v) for v in inputs), tf.zeros([0]),
+                        epsilon=check.EPSILON, data_format=layout, is_training=is_training)
+                    for i, value in enumerate(inputs):
+                        expected[f"{key}/in{i}"] = value
+                    for i in range(3):
+                        expected[f"{key}/out{i}"] = outputs[i].numpy()
+    assert len(expected) == 3 * 4 * 2 * 2 * 8
+    np.savez(tmp_path / "expected.npz", **expected)
+    # JAX's own XLA, in a process of its own: TensorFlow's is loaded here.
+    run = subprocess.run(
+        [sys.executable, str(CHECK), str(LIBRARY), "--platform", "cpu",
+         "--expected", str(tmp_path / "expected.npz")],
+        capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "(48 against the kernel's bits), 0 failed" in run.stdout, run.stdout
+    assert "FAIL" not in run.stdout, run.stdout
