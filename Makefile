@@ -13,8 +13,10 @@
 # C++ graph API, against TensorFlow's classes, and examples/graph_api_example.cc), core-bench
 # (the CPU core alone, timed), sanitize (ASan+UBSan build of the core tests and of the op
 # library, and op tests under it), fuzz (100,000-case
-# differential fuzz run), test-large (a float16 tensor of more than 2^31 elements), tf-matrix
-# (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
+# differential fuzz run), fuzz-xla (as many cases, each compiled by XLA against the kernel's
+# bits), xla-ffi-lib (the XLA FFI handlers as a library of their own, for JAX; `make test`
+# builds it and checks it in JAX's XLA), test-large (a float16 tensor of more than 2^31
+# elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
 # installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary

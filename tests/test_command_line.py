@@ -44,12 +44,27 @@ def test_version_names_the_package_and_the_tensorflow_it_was_built_for() -> None
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"tf-fbn-ops {tf_fbn_ops.__version__} ")
     assert f"library built for TensorFlow {tf.__version__}" in result.stdout
-    # Whether jit_compile=True can compile the shim's ops, and if not, why.
-    from tf_fbn_ops import _loader  # noqa: PLC0415
+    # Whether jit_compile=True can compile the shim's ops, and to what, or if not, why.
+    from tf_fbn_ops import _build_info, _loader  # noqa: PLC0415
 
     reason = _loader.xla_missing_reason()
-    expected = "XLA lowerings" if reason is None else f"no XLA lowerings ({reason})"
-    assert expected in " ".join(result.stdout.split())
+    text = " ".join(result.stdout.split())
+    if reason is not None:
+        assert f"no XLA lowerings ({reason})" in text
+    elif _build_info.XLA_FFI:
+        assert "under XLA: custom calls of the kernels (XLA FFI)" in text
+    else:
+        assert f"under XLA: the HLO lowering ({_build_info.XLA_FFI_MISSING_REASON})" in text
+
+
+def test_version_names_the_forced_hlo_lowering() -> None:
+    result = _cli("--version", env=dict(os.environ, TF_FBN_OPS_XLA_LOWERING="hlo"))
+    assert result.returncode == 0, result.stderr
+    from tf_fbn_ops import _loader  # noqa: PLC0415
+
+    if _loader.xla_missing_reason() is None:
+        assert "under XLA: the HLO lowering (TF_FBN_OPS_XLA_LOWERING=hlo)" in " ".join(
+            result.stdout.split())
 
 
 def test_cc_flags_give_the_header_and_keep_the_op_library() -> None:

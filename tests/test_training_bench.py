@@ -12,11 +12,12 @@ import sys
 
 import pytest
 
-VARIANTS = ("keras3", "keras3_shim", "keras2", "keras2_shim")
+VARIANTS = ("keras3", "keras3_shim", "keras2", "keras2_shim", "keras3_jit", "keras3_shim_jit")
 MODELS = ("resnet2d", "conv3d")
-BASELINE = {"keras3_shim": "keras3", "keras2_shim": "keras2"}
+BASELINE = {"keras3_shim": "keras3", "keras2_shim": "keras2", "keras3_shim_jit": "keras3_jit"}
 EXPECTED_OPS = {"keras3": [], "keras3_shim": ["FbnFusedBatchNormGradV3"],
-                "keras2": ["FusedBatchNormGradV3"], "keras2_shim": ["FbnFusedBatchNormGradV3"]}
+                "keras2": ["FusedBatchNormGradV3"], "keras2_shim": ["FbnFusedBatchNormGradV3"],
+                "keras3_jit": [], "keras3_shim_jit": ["FbnFusedBatchNormGradV3"]}
 
 
 def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:

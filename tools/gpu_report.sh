@@ -2,26 +2,27 @@
 # Everything the CUDA core can show on a machine with an NVIDIA GPU and nvcc (TensorFlow is not
 # needed), in one command, with every output kept: the driver, the GPU test with the tensors of
 # more than 2^31 elements, compute-sanitizer's memcheck, racecheck and synccheck on the test,
-# the benchmark, and the benchmark against cuDNN and PyTorch on the same GPU (PyTorch with CUDA
-# needed for that step). Builds for the GPU present only (its compute capability), which is
-# quicker.
+# the benchmark, the benchmark against cuDNN and PyTorch on the same GPU (PyTorch with CUDA
+# needed for that step), and the XLA FFI handlers registered into JAX's XLA:GPU (jax[cuda] needed;
+# XLA's FFI headers come with the tree in build/xla_ffi_include, copied by `make lib` elsewhere).
+# Builds for the GPU present only (its compute capability), which is quicker.
 #
 # Usage: tools/gpu_report.sh DIR [STEP ...]
-#   STEP: driver build test sanitize bench peers (default: all, in that order; build is added first
+#   STEP: driver build test sanitize bench peers jax (default: all, in that order; build is added first
 #   when a step that runs the programs is named without it). Writes DIR/STEP.txt for each
 #   step, and DIR/summary.txt with each step's exit status; exits 1 if any step failed. Every
 #   step needs the GPU: FBN_REQUIRE_GPU=1 is set, so a machine without one fails, not skips.
 #   FBN_SANITIZER_TIMEOUT (seconds, default 240) bounds each compute-sanitizer run.
 set -u
-[[ $# -ge 1 ]] || { sed -n 2,14p "$0"; exit 2; }
+[[ $# -ge 1 ]] || { sed -n 2,15p "$0"; exit 2; }
 dir=$(realpath -m "$1")
 shift
 cd "$(dirname "$0")/.."
 steps=("$@")
-[[ ${#steps[@]} -gt 0 ]] || steps=(driver build test sanitize bench peers)
+[[ ${#steps[@]} -gt 0 ]] || steps=(driver build test sanitize bench peers jax)
 for step in "${steps[@]}"; do
-  [[ $step =~ ^(driver|build|test|sanitize|bench|peers)$ ]] ||
-    { echo "unknown step '$step' (driver build test sanitize bench peers)"; exit 2; }
+  [[ $step =~ ^(driver|build|test|sanitize|bench|peers|jax)$ ]] ||
+    { echo "unknown step '$step' (driver build test sanitize bench peers jax)"; exit 2; }
 done
 mkdir -p "$dir"
 export FBN_REQUIRE_GPU=1
@@ -33,6 +34,7 @@ build() {
   local cap
   cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
   make ${cap:+GPU_ARCHS=$cap} build/gpu_core_test build/gpu_bench build/gpu_peers/libfbn_core.so
+  make ${cap:+GPU_ARCHS=$cap} XLA_FFI_CUDA=1 xla-ffi-lib
 }
 
 sanitize() {
@@ -59,11 +61,13 @@ run_step() {
     sanitize) sanitize ;;
     bench) ./build/gpu_bench ;;
     peers) python3 benchmarks/gpu_peers/peers.py ;;
+    jax) python3 tools/jax_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda --time \
+           --out "$dir/jax_ffi.json" ;;
   esac
 }
 
 # The programs are (re)built before any step that runs them, unless the list says when.
-if [[ " ${steps[*]} " =~ \ (test|sanitize|bench|peers)\  && ! " ${steps[*]} " =~ \ build\  ]]; then
+if [[ " ${steps[*]} " =~ \ (test|sanitize|bench|peers|jax)\  && ! " ${steps[*]} " =~ \ build\  ]]; then
   steps=(build "${steps[@]}")
 fi
 failed=0

@@ -95,6 +95,11 @@ def smoke(wheel: Path, tensorflow: str, cuda: str | None) -> None:
                   f"built with CUDA {cuda}: driver floor {floor}")
         version = run([python, "-m", "tf_fbn_ops", "--version"], scratch, env)
         check("library built for TensorFlow" in version, f"--version: {version.strip()}")
+        # TensorFlow 2.20 and later ship XLA's FFI headers: the wheel's ops compile to custom calls.
+        ffi_expected = "XLA_FFI = True" in (ROOT / "tf_fbn_ops" / "_build_info.py").read_text()
+        if ffi_expected:
+            check("custom calls of the kernels" in " ".join(version.split()),
+                  "under XLA the ops compile to custom calls of the kernels")
 
         checked = run([python, "-m", "tf_fbn_ops", "check"], scratch, env)
         summary = next((l for l in checked.splitlines() if l.startswith("check: ")), "no summary")

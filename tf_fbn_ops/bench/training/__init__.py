@@ -10,7 +10,8 @@ alone. The modules, in the order data flows through them:
 * ``spawn``: starting a worker and reading its one JSON result;
 * ``worker``: the worker process: builds, traces and times every variant in shuffled rounds;
 * ``models``: the two models (one builder each, for any Keras and batch-norm layer) and data;
-* ``variants``: keras3, keras3_shim, keras2, keras2_shim, and each one's backward;
+* ``variants``: keras3, keras3_shim, keras2, keras2_shim, keras3_jit, keras3_shim_jit, and
+  each one's backward;
 * ``isolated``: the batch-norm backward of a model, timed op by op outside the step;
 * ``results``, ``report``: rows, ratios and shares; the table, training.md and training.json.
 """

@@ -26,9 +26,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m tf_fbn_ops bench --training",
         description="Times model.train_on_batch on CPU for a small ResNet (NHWC) and a small "
-                    "3-D CNN (NDHWC) in four variants: Keras 3 with its BatchNormalization "
+                    "3-D CNN (NDHWC) in six variants: Keras 3 with its BatchNormalization "
                     "(keras3) or tf_fbn_ops.keras's (keras3_shim), Keras 2 with the fused "
-                    "layer (keras2) or traced under tf_fbn_ops.shim_gradients() (keras2_shim); "
+                    "layer (keras2) or traced under tf_fbn_ops.shim_gradients() (keras2_shim), "
+                    "and the two Keras 3 ones compiled with jit_compile=True (keras3_jit, "
+                    "keras3_shim_jit); "
                     "interleaved in shuffled rounds in one process per thread count, with the "
                     "batch-norm backward's share of the step estimated from isolated op times.")
     # The op harness hands the whole command line over; the flag itself means nothing here.

@@ -92,14 +92,14 @@ def spec(name: str, quick: bool = False) -> ModelSpec:
 
 
 def build(keras: ModuleType, batch_norm: BatchNormFactory, model_spec: ModelSpec,
-          seed: int) -> Any:
-    """The model, compiled for plain SGD training without XLA, its weights drawn from ``seed``
-    (the same weights for both variants of one Keras version)."""
+          seed: int, jit_compile: bool = False) -> Any:
+    """The model, compiled for plain SGD training (with XLA if ``jit_compile``), its weights drawn
+    from ``seed`` (the same weights for both variants of one Keras version)."""
     keras.utils.set_random_seed(seed)
     model = BUILDERS[model_spec.name](keras, batch_norm, model_spec)
     model.compile(optimizer=keras.optimizers.SGD(learning_rate=0.01),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  jit_compile=False)
+                  jit_compile=jit_compile)
     return model
 
 

@@ -21,11 +21,11 @@ LEFT_ALIGNED = 2
 
 LEGEND = (
     "step ms = median over rounds of each round's median train_on_batch time (jit_compile=False, "
-    "SGD, after warm-up); ±IQR = inter-quartile range / median; ~ = most of the variant's rounds "
+    "or True for the _jit variants; SGD, after warm-up); ±IQR = inter-quartile range / median; ~ = most of the variant's rounds "
     "ran while other processes competed for the cores (likely inflated). Each round visits every "
-    "variant in a freshly shuffled order, all four in the same worker process. speedup vs "
+    "variant in a freshly shuffled order, all six in the same worker process. speedup vs "
     "baseline = baseline median / variant median (keras3_shim against keras3, keras2_shim "
-    "against keras2; above 1: the shim trains faster). BN backward (isolated ops) is an "
+    "against keras2, keras3_shim_jit against keras3_jit; above 1: the shim trains faster). BN backward (isolated ops) is an "
     "ESTIMATE, not a measurement inside the step: each batch-norm layer's backward timed alone "
     "on its exact input shape (float32, training mode, median of many calls; fused ops as "
     f"{CHAIN_LENGTH} chained calls per tf.function, Keras 3's unfused layer as "

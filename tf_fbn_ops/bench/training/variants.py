@@ -8,6 +8,9 @@
   FusedBatchNormV3 forward and FusedBatchNormGradV3 backward.
 * ``keras2_shim``: the same Keras 2 model, its train function traced inside
   ``tf_fbn_ops.shim_gradients()``, which makes the backward FbnFusedBatchNormGradV3.
+* ``keras3_jit`` and ``keras3_shim_jit``: the two Keras 3 variants compiled with
+  ``jit_compile=True`` (XLA: Keras 3's default on GPUs), where the shim's backward compiles to a
+  custom call of its kernel.
 
 Each shim variant is compared with the baseline of the same Keras, timed side by side in the same
 worker. The frameworks are imported only when a variant is loaded, in the worker.
@@ -42,6 +45,7 @@ class Variant:
     backward: str  # TF_FUSED, SHIM or KERAS3_UNFUSED
     # The backward op the traced training step must contain (None: neither fused gradient op).
     expected_op: str | None
+    jit_compile: bool = False  # model.compile(jit_compile=...)
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
@@ -49,6 +53,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("keras3_shim", "keras", "keras3", SHIM, SHIM_GRAD_OP),
     Variant("keras2", "tf_keras", None, TF_FUSED, TF_GRAD_OP),
     Variant("keras2_shim", "tf_keras", "keras2", SHIM, SHIM_GRAD_OP),
+    Variant("keras3_jit", "keras", None, KERAS3_UNFUSED, None, jit_compile=True),
+    Variant("keras3_shim_jit", "keras", "keras3_jit", SHIM, SHIM_GRAD_OP, jit_compile=True),
 )}
 NAMES: tuple[str, ...] = tuple(VARIANTS)
 
@@ -70,11 +76,11 @@ def load(name: str) -> Loaded:
     variant = VARIANTS[name]
     keras = importlib.import_module(variant.keras_module)
     context: Callable[[], ContextManager[None]] = contextlib.nullcontext
-    if name == "keras3_shim":
+    if name in ("keras3_shim", "keras3_shim_jit"):
         shim_keras = importlib.import_module("tf_fbn_ops.keras")
         layer_class = shim_keras.BatchNormalization
         factory: Callable[[], Any] = layer_class
-    elif name == "keras3":
+    elif name in ("keras3", "keras3_jit"):
         layer_class = keras.layers.BatchNormalization
         factory = layer_class
     else:

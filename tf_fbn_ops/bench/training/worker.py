@@ -97,7 +97,7 @@ def check_no_retrace(trained: Trained, name: str) -> None:
 def prepare(name: str, spec: models.ModelSpec, seed: int, warmup: int) -> Trained:
     """The variant's model built and compiled, traced and warmed up inside its context."""
     loaded = variants.load(name)
-    model = models.build(loaded.keras, loaded.batch_norm, spec, seed)
+    model = models.build(loaded.keras, loaded.batch_norm, spec, seed, loaded.variant.jit_compile)
     x, y = models.batch(spec, seed)
     start = time.perf_counter()
     with loaded.trace_context():

@@ -1,0 +1,68 @@
+"""Keras 3 training steps of two keras.applications models compiled with jit_compile=True
+(batch 16, weights=None, 10 classes, SGD; 2 intra-op threads): Keras' own BatchNormalization
+against tf_fbn_ops.keras.BatchNormalization swapped into the same architecture, interleaved in
+rounds in one process. Prints the median step time of each and the ratio (above 1: ours is
+faster).
+
+    .venv/bin/python benchmarks/keras3_jit_real_models.py
+"""
+
+import time
+
+import keras
+import keras.src.layers as keras_layers
+import numpy as np
+import tensorflow as tf
+
+import tf_fbn_ops.keras as fbn_keras
+
+MODELS = {"MobileNetV2 96x96": lambda: keras.applications.MobileNetV2(
+              input_shape=(96, 96, 3), weights=None, classes=10),
+          "ResNet50 64x64": lambda: keras.applications.ResNet50(
+              input_shape=(64, 64, 3), weights=None, classes=10)}
+ROUNDS, STEPS, WARMUP = 6, 3, 3
+
+
+def build(make, ours: bool):
+    """The model with Keras' batch norm or ours (keras.applications builds its layers from
+    keras.src.layers, so that is where the class is swapped, for the build only)."""
+    keras.utils.set_random_seed(0)
+    original = keras_layers.BatchNormalization
+    if ours:
+        keras_layers.BatchNormalization = fbn_keras.BatchNormalization
+    try:
+        model = make()
+    finally:
+        keras_layers.BatchNormalization = original
+    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=True,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def main() -> None:
+    tf.config.threading.set_intra_op_parallelism_threads(2)
+    for name, make in MODELS.items():
+        side = int(name.split()[-1].split("x")[0])
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((16, side, side, 3)).astype(np.float32)
+        y = rng.integers(0, 10, 16)
+        models = {ours: build(make, ours) for ours in (False, True)}
+        swapped = sum(isinstance(layer, fbn_keras.BatchNormalization)
+                      for layer in models[True].layers)
+        for model in models.values():
+            for _ in range(WARMUP):
+                model.train_on_batch(x, y)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(ROUNDS):
+            for ours, model in models.items():
+                start = time.perf_counter()
+                for _ in range(STEPS):
+                    model.train_on_batch(x, y)
+                times[ours].append((time.perf_counter() - start) / STEPS)
+        theirs_ms, ours_ms = (float(np.median(times[k])) * 1e3 for k in (False, True))
+        print(f"{name}, batch 16, jit_compile=True: Keras' BatchNormalization {theirs_ms:.1f} ms, "
+              f"tf_fbn_ops' ({swapped} layers) {ours_ms:.1f} ms: {theirs_ms / ours_ms:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
