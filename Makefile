@@ -15,7 +15,9 @@
 # library, and op tests under it), fuzz (100,000-case
 # differential fuzz run), fuzz-xla (as many cases, each compiled by XLA against the kernel's
 # bits), xla-ffi-lib (the XLA FFI handlers as a library of their own, for JAX; `make test`
-# builds it and checks it in JAX's XLA), test-large (a float16 tensor of more than 2^31
+# builds it and checks it in JAX's XLA), xla-ffi-test (those handlers called through
+# hand-built call frames and a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan; no XLA
+# needed), test-large (a float16 tensor of more than 2^31
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
@@ -68,12 +70,14 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
-        tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib clean
+        tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
+        xla-ffi-test clean
 
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib sanitize
+test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib xla-ffi-test \
+      sanitize
 	$(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) tests
 
 lib: $(LIBRARY)
@@ -199,6 +203,31 @@ $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$
 	    $(XLA_FFI_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),cc/xla_ffi/bn_grad_ffi_gpu.cc \
 	    $(XLA_FFI_GPU_OBJECT) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
 	    -ldl -lrt) -Wl,--no-undefined -o $@
+
+# The handlers without XLA: each called through call frames built by hand, on a fake of XLA's
+# side of the FFI C API (cc/tests/xla_ffi_fake_api.h: errors, thread pool, stream, scratch
+# memory), and held to the core's bits; the CUDA one against the host emulator. ASan+UBSan, as
+# gpu-emu-test; any report aborts.
+XLA_FFI_TEST     := build/xla_ffi_test
+XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
+XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
+                      -fno-sanitize-recover=all -fno-omit-frame-pointer -I$(XLA_FFI_INCLUDE)
+
+$(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_SOURCES) cc/tests/xla_ffi_fake_api.cc \
+	    cc/tests/xla_ffi_test.cc -o $@
+
+$(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
+	    -x c++ cc/core/bn_grad_gpu.cu -x none cc/xla_ffi/bn_grad_ffi_gpu.cc \
+	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
+	    -o $@
+
+xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
 
 gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
 	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)

@@ -81,10 +81,19 @@ def _case_inputs(tf, dtype: str, data_format: str, training: bool, seed: int) ->
     x = tf.cast(rng.standard_normal(shape) * 2 + 0.5, dtype)
     scale = tf.constant(rng.uniform(0.5, 1.5, channels), tf.float32)
     if training:
-        forward = tf.raw_ops.FusedBatchNormV3(
-            x=x, scale=scale, offset=tf.zeros([channels]), mean=tf.zeros([0]),
-            variance=tf.zeros([0]), epsilon=EPSILON, data_format=data_format, is_training=True)
-        saved = forward.reserve_space_1, forward.reserve_space_2
+        def forward(x):
+            return tf.raw_ops.FusedBatchNormV3(
+                x=x, scale=scale, offset=tf.zeros([channels]), mean=tf.zeros([0]),
+                variance=tf.zeros([0]), epsilon=EPSILON, data_format=data_format,
+                is_training=True)
+
+        try:
+            stats = forward(x)
+        except tf.errors.InvalidArgumentError:
+            # TensorFlow before 2.14 has no bfloat16 forward on the CPU. x's values are exact
+            # in float32, and the saved statistics are float32 either way.
+            stats = forward(tf.cast(x, tf.float32))
+        saved = stats.reserve_space_1, stats.reserve_space_2
     else:
         saved = (tf.constant(rng.uniform(0.3, 0.7, channels), tf.float32),
                  tf.constant(rng.uniform(3.0, 5.0, channels), tf.float32))

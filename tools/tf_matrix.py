@@ -44,7 +44,7 @@ def one_version(version: str) -> dict:
     home.mkdir(parents=True, exist_ok=True)
     log = home / "log.txt"
     row = {"version": version, "tf": "-", "build": "no", "tests": "-", "xla": "-",
-           "build_s": "-"}
+           "xla_path": "-", "build_s": "-"}
     if not reuse and not (run([sys.executable, "-m", "venv", str(home / "venv")], log) and
             run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip", "setuptools>=64",
                  "wheel"], log) and
@@ -78,6 +78,13 @@ def one_version(version: str) -> dict:
     built_without = [l for l in log.read_text().splitlines() if "XLA lowerings not built" in l]
     if row["xla"] == "none" and built_without:
         row["xla"] = "not built: " + built_without[-1].split("not built: ", 1)[1]
+    # What the op compiled to in the smoke test, and what setup.py said it would.
+    compiled = [l for l in smoke.stdout.splitlines() if l.startswith("XLA_PATH ")]
+    said = [l for l in log.read_text().splitlines() if "under XLA the ops compile to" in l]
+    if compiled:
+        row["xla_path"] = compiled[-1].split(" ", 1)[1]
+        if said and ("custom calls" in said[-1]) != ("custom calls" in row["xla_path"]):
+            row["xla_path"] += f" (MISMATCH: the build said {said[-1].split('compile to ', 1)[1]})"
     return row
 
 
@@ -102,26 +109,27 @@ def main(versions: list[str]) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     rows = []
     header = ("| TensorFlow | installed | build | smoke tests passed | XLA (jit_compile) smoke "
-              "tests passed | build time (s) |")
+              "tests passed | under XLA the ops compile to | build time (s) |")
     print(header, flush=True)
     for version in versions:
         row = one_version(version)
         rows.append(row)
         print(_table_row(row), flush=True)
-    table = [header, "|---|---|---|---|---|---|"] + [_table_row(r) for r in rows]
+    table = [header, "|---|---|---|---|---|---|---|"] + [_table_row(r) for r in rows]
     (WORK / "results.md").write_text("\n".join(table) + "\n")
     # A TensorFlow without what the lowerings need is reported, not failed; broken ones fail.
     if WHEELS:
         return 0 if all(r["tests"] == "wheel smoke passed" for r in rows) else 1
     ok = all(r["build"] == "ok" and _all_passed(r["tests"])
              and (_all_passed(r["xla"]) or r["xla"].startswith("not built"))
+             and "MISMATCH" not in r["xla_path"]
              for r in rows)
     return 0 if ok else 1
 
 
 def _table_row(row: dict) -> str:
     return (f"| {row['version']} | {row['tf']} | {row['build']} | {row['tests']} | "
-            f"{row['xla']} | {row['build_s']} |")
+            f"{row['xla']} | {row['xla_path']} | {row['build_s']} |")
 
 
 def _all_passed(cell: str) -> bool:

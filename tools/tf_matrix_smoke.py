@@ -6,7 +6,8 @@ training and inference. A case passes when the shim's error against a float64 or
 most TensorFlow's plus one unit of the output type, five runs give the same bits, and a graph
 whose y_backprop dies at the op (x_backprop may take over its buffer) gives the same bits.
 Where the loaded library has XLA lowerings, every case runs once more under
-tf.function(jit_compile=True) with the same bound. Prints "SMOKE passed/total" and
+tf.function(jit_compile=True) with the same bound, and "XLA_PATH" says what the op compiled to
+(custom calls of the kernels, or the HLO lowering). Prints "SMOKE passed/total" and
 "XLA passed/total" (or "XLA none") and exits non-zero on any failure.
 
 Usage: python tf_matrix_smoke.py [LIBRARY.so]  (a library built elsewhere, e.g. by Bazel)
@@ -36,6 +37,17 @@ def has_xla_lowerings() -> bool:
     return any(k.device_type == "XLA_CPU_JIT" for k in registered)
 
 
+def compiled_path() -> str:
+    """What XLA compiles the op to here, read from the HLO of a small compiled call."""
+    ones = tf.ones([1, 2, 2, 3])
+    compiled = tf.function(lambda: tf_fbn_ops.fused_batch_norm_grad_v3(
+        ones, ones, tf.ones([3]), tf.zeros([3]), tf.ones([3]), tf.zeros([0]))[0],
+        jit_compile=True)
+    hlo = compiled.experimental_get_compiler_ir()(stage="hlo")
+    target = 'custom_call_target="tf_fbn_ops_batch_norm_grad"'
+    return "custom calls of the kernels" if target in hlo else "the HLO lowering"
+
+
 def main() -> int:
     xla = has_xla_lowerings()
     tf.get_logger().setLevel("ERROR")  # each case traces its own functions, on purpose
@@ -49,6 +61,8 @@ def main() -> int:
     print(f"library {tf_fbn_ops.library_path()}")
     print(f"SMOKE {total - len(failed[False])}/{total} TensorFlow {tf.__version__}")
     print(f"XLA {total - len(failed[True])}/{total}" if xla else "XLA none")
+    if xla:
+        print(f"XLA_PATH {compiled_path()}")
     return 1 if failed[False] or failed[True] else 0
 
 
