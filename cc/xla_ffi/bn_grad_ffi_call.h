@@ -71,6 +71,10 @@ inline ffi::Error DescribeCall(const GradCall& call, Params* params) {
   if (dims.size() != 4 && dims.size() != 5) {
     return ffi::Error::InvalidArgument("x must be 4- or 5-dimensional, got " + DimsString(dims));
   }
+  const ffi::DataType type = call.x.element_type();
+  if (type != ffi::DataType::F32 && type != ffi::DataType::F16 && type != ffi::DataType::BF16) {
+    return ffi::Error::InvalidArgument("x must be f32, f16 or bf16");
+  }
   if (call.y_backprop.element_type() != call.x.element_type() ||
       call.x_backprop.element_type() != call.x.element_type()) {
     return ffi::Error::InvalidArgument("y_backprop, x and x_backprop must have one element type");
@@ -121,7 +125,8 @@ Tensors<T> CoreTensors(const GradCall& call) {
   return t;
 }
 
-// Calls run(Tensors<T>{...}) with the core's storage type for x's element type.
+// Calls run(Tensors<T>{...}) with the core's storage type for x's element type (one that
+// DescribeCall accepted).
 template <typename Run>
 ffi::Error WithCoreTensors(const GradCall& call, Run&& run) {
   switch (call.x.element_type()) {
