@@ -45,7 +45,8 @@ OLD_HOMES_BY_NAME = {
 # g++ 12's headers reference these libstdc++ symbols, which are newer than manylinux_2_27
 # allows (GLIBCXX_3.4.24); the library defines them itself (cc/kernels/libstdcxx_floor.cc) and
 # the linker sends every reference there.
-WRAPPED_LIBSTDCXX = ("_ZSt28__throw_bad_array_new_lengthv",)
+WRAPPED_LIBSTDCXX = ("_ZSt28__throw_bad_array_new_lengthv",
+                     "_ZNSt7__cxx1118basic_stringstreamIcSt11char_traitsIcESaIcEEC1Ev")
 # objdump -T: "...  DF *UND*  0000000000000000 (GLIBC_2.34) pthread_create" for an import,
 # "... g    DF .text  00000000000000a4 (GLIBC_2.2.5) pthread_create" (hidden, compat) or
 # "...  GLIBC_2.34  pthread_create" (default) for a definition.

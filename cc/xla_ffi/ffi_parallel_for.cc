@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <memory>
-#include <mutex>
+#include <thread>
 
 namespace fbn {
 namespace xla_ffi {
@@ -12,31 +10,36 @@ namespace {
 
 // Shared by the caller and its pool tasks. A task the pool starts after the last unit was taken
 // finds the counter past the end and returns at once, without touching `fn` (which by then may
-// be gone), so the state lives as long as its last holder.
+// be gone), so the state lives as long as its last holder. Counted by hand rather than by a
+// shared_ptr: libstdc++'s shared_ptr reads glibc 2.32's __libc_single_threaded, which would
+// raise the library's glibc floor above TensorFlow's wheels' (build_support/glibc_floor.py).
 struct SharedUnits {
-  SharedUnits(int64_t count, const RangeFn* fn) : count(count), fn(fn) {}
+  SharedUnits(int64_t count, const RangeFn* fn, int64_t holders)
+      : count(count), fn(fn), holders(holders) {}
+
+  void Release() {
+    if (holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
 
   void Work() {
     for (int64_t u = next++; u < count; u = next++) {
       (*fn)(u, u + 1);
-      if (++finished == count) {
-        std::lock_guard<std::mutex> lock(mutex);
-        all_finished.notify_all();
-      }
+      finished.fetch_add(1, std::memory_order_release);
     }
   }
 
-  void WaitForAll() {
-    std::unique_lock<std::mutex> lock(mutex);
-    all_finished.wait(lock, [this] { return finished.load() == count; });
+  // Once the caller's own Work() returns, only units other threads took are left: a unit at
+  // most per thread, each a few microseconds to a millisecond. Yielding rather than a condition
+  // variable, whose wait g++ 12 binds to GLIBCXX_3.4.30, beyond TensorFlow's wheels' libstdc++.
+  void WaitForAll() const {
+    while (finished.load(std::memory_order_acquire) != count) std::this_thread::yield();
   }
 
   const int64_t count;
   const RangeFn* const fn;
   std::atomic<int64_t> next{0};
   std::atomic<int64_t> finished{0};
-  std::mutex mutex;
-  std::condition_variable all_finished;
+  std::atomic<int64_t> holders;
 };
 
 }  // namespace
@@ -48,10 +51,17 @@ ParallelFor FfiParallelFor(::xla::ffi::ThreadPool pool) {
       fn(0, count);
       return;
     }
-    auto units = std::make_shared<SharedUnits>(count, &fn);
-    for (int64_t w = 1; w < workers; ++w) pool.Schedule([units] { units->Work(); });
+    // The caller and workers - 1 tasks hold it.
+    auto* units = new SharedUnits(count, &fn, workers);
+    for (int64_t w = 1; w < workers; ++w) {
+      pool.Schedule([units] {
+        units->Work();
+        units->Release();
+      });
+    }
     units->Work();
     units->WaitForAll();
+    units->Release();
   };
 }
 
