@@ -51,22 +51,6 @@ auto BindGradCall(Binding binding) {
       .template Attr<bool>("saved_inv_std");
 }
 
-// The function BindGradCall's binding calls, spelled out once: it gathers the operands, results
-// and attributes into a GradCall and hands that to run(contexts..., call). The binding reads
-// the parameter types off this lambda, so they are written out rather than deduced.
-template <typename... Contexts, typename Run>
-auto GradHandler(Run run) {
-  return [run](Contexts... contexts, ffi::AnyBuffer y_backprop, ffi::AnyBuffer x,
-               ChannelVector scale, ChannelVector mean, ChannelVector variance,
-               ffi::Result<ffi::AnyBuffer> x_backprop, ffi::Result<ChannelVector> scale_backprop,
-               ffi::Result<ChannelVector> offset_backprop, float epsilon, bool is_training,
-               bool channels_last, bool saved_inv_std) {
-    return run(std::move(contexts)...,
-               GradCall{y_backprop, x, scale, mean, variance, *x_backprop, *scale_backprop,
-                        *offset_backprop, epsilon, is_training, channels_last, saved_inv_std});
-  };
-}
-
 inline std::string DimsString(ffi::AnyBuffer::Dimensions dims) {
   std::string text = "[";
   for (size_t d = 0; d < dims.size(); ++d) text += (d ? "," : "") + std::to_string(dims[d]);

@@ -16,7 +16,15 @@ namespace {
 constexpr size_t kScratchAlignment = 256;
 
 ffi::Error GradCuda(GpuStream stream, ffi::ScratchAllocator scratch_allocator,
-                    const GradCall& call) {
+                    ffi::AnyBuffer y_backprop, ffi::AnyBuffer x, ChannelVector scale,
+                    ChannelVector mean, ChannelVector variance,
+                    ffi::Result<ffi::AnyBuffer> x_backprop,
+                    ffi::Result<ChannelVector> scale_backprop,
+                    ffi::Result<ChannelVector> offset_backprop, float epsilon, bool is_training,
+                    bool channels_last, bool saved_inv_std) {
+  const GradCall call{y_backprop,      x,           scale,         mean,
+                      variance,        *x_backprop, *scale_backprop, *offset_backprop,
+                      epsilon,         is_training, channels_last, saved_inv_std};
   Params params;
   ffi::Error described = DescribeCall(call, &params);
   if (described.failure()) return described;
@@ -45,14 +53,11 @@ ffi::Error GradCuda(GpuStream stream, ffi::ScratchAllocator scratch_allocator,
   });
 }
 
-// The binding's function (a name, as the handler macro cannot take a template argument list).
-const auto kGradCuda = GradHandler<GpuStream, ffi::ScratchAllocator>(GradCuda);
-
 }  // namespace
 }  // namespace xla_ffi
 }  // namespace fbn
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(FbnBatchNormGradCuda, fbn::xla_ffi::kGradCuda,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FbnBatchNormGradCuda, fbn::xla_ffi::GradCuda,
                               fbn::xla_ffi::BindGradCall(
                                   xla::ffi::Ffi::Bind()
                                       .Ctx<xla::ffi::PlatformStream<fbn::GpuStream>>()
