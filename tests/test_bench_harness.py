@@ -181,3 +181,31 @@ def test_process_and_page_fault_targets() -> None:
     assert ndhwc["eigen/shim>=3"] == "PASS" and "eigen/shim>=10" not in ndhwc
     assert "eigen/shim>=10" in verdicts(_case((4, 16, 32, 32, 32), "NCDHW"), {}, {})
     assert "faults<5% (shim)" not in verdicts(_case((1, 8, 8, 32)), {}, {})  # under 1 MB
+
+
+def test_the_shim_under_xla_is_timed_alone_and_as_one_compiled_chain(monkeypatch) -> None:
+    import tensorflow as tf  # noqa: PLC0415
+
+    import tf_fbn_ops  # noqa: PLC0415
+    from tf_fbn_ops._loader import XLA_LOWERING_VARIABLE, xla_ffi_missing_reason  # noqa: PLC0415
+    from tf_fbn_ops.bench import implementations as impls  # noqa: PLC0415
+    from tf_fbn_ops.bench.inputs import make_inputs  # noqa: PLC0415
+
+    case = _case((2, 4, 4, 8))
+    inputs = make_inputs(case, 0)
+    runner = impls.prepare_xla("shim_xla", case, inputs)
+    if xla_ffi_missing_reason() is not None:  # the HLO lowering: XLA would fuse a chain
+        assert set(runner.variants) == {impls.EAGER}
+        return
+    assert runner.calls == {impls.EAGER: 1, impls.CHAINED: impls.CHAIN_LENGTH}
+    # The compiled chain really makes CHAIN_LENGTH calls: the kernel's bits after as many.
+    dy, kwargs = impls.tf_kwargs(case, inputs)
+    for _ in range(impls.CHAIN_LENGTH):
+        dy = tf_fbn_ops.fused_batch_norm_grad_v3(y_backprop=dy, **kwargs)[0]
+    chained = runner.variants[impls.CHAINED]()
+    np.testing.assert_array_equal(tf.bitcast(chained, tf.int32).numpy(),
+                                  tf.bitcast(dy, tf.int32).numpy())
+    # TensorFlow's op, and the shim forced onto the HLO lowering, are timed compiled alone.
+    assert set(impls.prepare_xla("tf_xla", case, inputs).variants) == {impls.EAGER}
+    monkeypatch.setenv(XLA_LOWERING_VARIABLE, "hlo")
+    assert set(impls.prepare_xla("shim_xla", case, inputs).variants) == {impls.EAGER}

@@ -48,7 +48,7 @@ GROUPS: dict[str, Group] = {
                       ("shim_stock", "tf_eigen")),
     "torch": Group("torch", "torch", {}, ("torch",)),
     "stream": Group("stream", None, {}, ("stream",)),
-    # The op compiled alone by XLA (jit_compile=True): the shim's lowering and TensorFlow's.
+    # The op compiled by XLA (jit_compile=True): the shim's lowering and TensorFlow's.
     # Their own process, so that XLA's compiled code and thread use stay out of the others'.
     "tf_xla": Group("tf_xla", "tensorflow", {"TF_ENABLE_ONEDNN_OPTS": "1"},
                     ("shim_xla", "tf_xla")),
@@ -147,9 +147,11 @@ def tf_kwargs(case: Case, inputs: Inputs) -> tuple[Any, dict]:
     return dy, kwargs
 
 
-def tf_chain(op: Callable[..., Any], kwargs: dict) -> Callable[[Any], Any]:
+def tf_chain(op: Callable[..., Any], kwargs: dict,
+             jit_compile: bool = False) -> Callable[[Any], Any]:
     """A tf.function of CHAIN_LENGTH calls, each one's dx the next one's dy, so one Python call
-    runs many ops and TF's per-call dispatch is amortised."""
+    runs many ops and TF's per-call dispatch (with jit_compile, the launch of the compiled
+    program) is amortised."""
     import tensorflow as tf  # noqa: PLC0415
 
     def chained(dy):
@@ -157,7 +159,7 @@ def tf_chain(op: Callable[..., Any], kwargs: dict) -> Callable[[Any], Any]:
             dy = op(y_backprop=dy, **kwargs)[0]
         return dy
 
-    return tf.function(chained)
+    return tf.function(chained, jit_compile=jit_compile)
 
 
 def _tf_aggregates(outputs: Any) -> dict:
@@ -165,15 +167,32 @@ def _tf_aggregates(outputs: Any) -> dict:
 
 
 def prepare_xla(name: str, case: Case, inputs: Inputs) -> Runner:
-    """One call of the op compiled by XLA per invocation; compiled here, before any timing.
-    No chained variant: XLA would fuse the chain into something other than 20 calls."""
+    """One call of the op compiled by XLA per invocation, plus, for the shim's small cases, one
+    compiled program of a chain of calls, as inside a compiled training step; both compiled
+    here, before any timing. The shim's op is a custom call XLA cannot look into, so its chain
+    is CHAIN_LENGTH real calls; TensorFlow's op lowers to HLO that XLA would fuse across the
+    chain into something other than CHAIN_LENGTH calls, so it has no chained variant."""
     import tensorflow as tf  # noqa: PLC0415
 
     op = tf_op(name)
     dy, kwargs = tf_kwargs(case, inputs)
     compiled = tf.function(lambda dy: op(y_backprop=dy, **kwargs), jit_compile=True)
     compiled(dy)
-    return Runner({EAGER: lambda: compiled(dy)}, {EAGER: 1}, _tf_aggregates)
+    variants: dict[str, Callable[[], Any]] = {EAGER: lambda: compiled(dy)}
+    calls = {EAGER: 1}
+    if name == "shim_xla" and case.elements <= CHAIN_MAX_ELEMENTS and _shim_is_custom_call():
+        chained = tf_chain(op, kwargs, jit_compile=True)
+        chained(dy)
+        variants[CHAINED] = lambda: chained(dy)
+        calls[CHAINED] = CHAIN_LENGTH
+    return Runner(variants, calls, _tf_aggregates)
+
+
+def _shim_is_custom_call() -> bool:
+    """Whether the shim's ops compile to custom calls of its kernels (else to the HLO lowering)."""
+    from tf_fbn_ops._loader import xla_ffi_missing_reason  # noqa: PLC0415
+
+    return xla_ffi_missing_reason() is None
 
 
 def prepare_tensorflow(name: str, case: Case, inputs: Inputs) -> Runner:

@@ -51,7 +51,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="comma-separated implementations, from "
                              f"{','.join(IMPLEMENTATIONS)} (default "
                              f"{','.join(DEFAULT_IMPLEMENTATIONS)}); shim_xla and tf_xla are "
-                             "the op compiled alone by XLA")
+                             "the op compiled by XLA (alone; the shim's small cases also "
+                             "as a compiled chain of calls)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny subset: 1x8x8x32 and 32x14x14x256, NHWC/NCHW float32 "
                              f"training, {QUICK_ROUNDS} rounds")

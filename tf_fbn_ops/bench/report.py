@@ -139,7 +139,8 @@ def _by_threads(rows: list[dict]) -> dict[int, list[dict]]:
 LEGEND = (
     "µs = median over rounds of each round's per-call median; ±IQR = inter-quartile range / "
     "median (min and max are in results.json). * = the tf.function chain of 20 calls was "
-    "faster than eager calls. ~ = most timed batches ran while other processes kept so many cores "
+    "faster than eager calls (for shim_xla: the chain compiled into one XLA program was faster "
+    "than the op compiled alone). ~ = most timed batches ran while other processes kept so many cores "
     "busy that the worker's threads had to share: the number is likely inflated. "
     "! = cross-check mismatch. shim = the shim in TF's default process (oneDNN on), "
     "shim_stock = the shim in a stock-TF process (oneDNN off); stock/default = shim_stock / "
@@ -249,7 +250,8 @@ def render(rows: list[dict], meta: dict, markdown: bool) -> str:
         out += [table(HEADERS, [row_cells(r) for r in group]), ""]
     xla_rows = [r for r in rows if any(n in r["impls"] for n in XLA_IMPLEMENTATIONS)]
     if xla_rows:
-        title = "Under XLA: the op compiled alone (jit_compile=True) vs the shim's kernel"
+        title = ("Under XLA (jit_compile=True): the op compiled alone, or * in a compiled chain, "
+                 "vs the shim's kernel")
         out += [f"## {title}" if markdown else title, ""]
         out += [table(XLA_HEADERS, [xla_row_cells(r) for r in xla_rows]), ""]
     out += [LEGEND if markdown else textwrap.fill(LEGEND, width=100), ""]

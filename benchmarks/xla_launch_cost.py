@@ -1,0 +1,100 @@
+"""Where the time of the shim's op under jit goes, beside its eager kernel (2 intra-op threads,
+float32 NHWC training, interleaved rounds in one process):
+
+- launch: a trivial compiled program (`v * 2` on four floats) timed right after another call of
+  it, and right after one eager call of the kernel, whose tensors have just gone through the
+  caches. The difference is what TensorFlow's launch of any XLA program costs once a large
+  kernel has evicted its code and data.
+- per op: the op compiled alone (one launch per call), and CHAIN calls chained in one compiled
+  program (one launch for all), per call, against one eager call.
+
+    .venv/bin/python benchmarks/xla_launch_cost.py [SHAPE ...]   (default 24x30x30x96 ...)
+"""
+
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import tf_fbn_ops
+
+SHAPES = ("24x30x30x96", "32x28x28x128", "48x14x14x320")
+CHAIN, ROUNDS, LAUNCH_SAMPLES = 10, 9, 200
+
+
+def median_us(samples: list[float]) -> float:
+    return float(np.median(samples)) * 1e6
+
+
+def launch_cost(big_eager_call) -> tuple[float, float]:
+    """The trivial program's time after itself, and after one eager call of the kernel."""
+    tiny = tf.function(lambda v: v * 2, jit_compile=True)
+    four = tf.ones([4])
+    tiny(four)
+    warm, cold = [], []
+    for _ in range(LAUNCH_SAMPLES):
+        tiny(four)
+        start = time.perf_counter()
+        tiny(four)
+        warm.append(time.perf_counter() - start)
+        big_eager_call()
+        start = time.perf_counter()
+        tiny(four)
+        cold.append(time.perf_counter() - start)
+    return median_us(warm), median_us(cold)
+
+
+def per_op(dy, kwargs: dict) -> dict[str, float]:
+    """Median time per op call: eager, compiled alone, and in a compiled chain."""
+    op = tf_fbn_ops.fused_batch_norm_grad_v3
+
+    def chain(dy):
+        outputs = []
+        for _ in range(CHAIN):
+            result = op(y_backprop=dy, **kwargs)
+            dy = result[0]
+            outputs += [result[1], result[2]]
+        return [dy, *outputs]
+
+    alone = tf.function(lambda v: op(y_backprop=v, **kwargs), jit_compile=True)
+    chained = tf.function(chain, jit_compile=True)
+    calls = {"eager": (lambda: op(y_backprop=dy, **kwargs), 1),
+             "compiled alone": (lambda: alone(dy), 1),
+             f"compiled chain of {CHAIN}": (lambda: chained(dy), CHAIN)}
+    for fn, _ in calls.values():
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(ROUNDS):
+        for name, (fn, n) in calls.items():
+            # CHAIN op calls per sample, however many invocations that takes.
+            start = time.perf_counter()
+            for _ in range(CHAIN // n):
+                fn()
+            samples[name].append((time.perf_counter() - start) / CHAIN)
+    return {name: median_us(s) for name, s in samples.items()}
+
+
+def main(shapes: list[str]) -> None:
+    tf.config.threading.set_intra_op_parallelism_threads(2)
+    rng = np.random.default_rng(0)
+    for text in shapes:
+        shape = [int(d) for d in text.split("x")]
+        channels = shape[-1]
+        dy = tf.constant(rng.standard_normal(shape, dtype=np.float32))
+        kwargs = {"x": tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                  "scale": tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
+                  "reserve_space_1": tf.constant(rng.standard_normal(channels, dtype=np.float32)),
+                  "reserve_space_2": tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
+                  "reserve_space_3": tf.zeros([0])}
+        times = per_op(dy, kwargs)
+        warm, cold = launch_cost(lambda: tf_fbn_ops.fused_batch_norm_grad_v3(
+            y_backprop=dy, **kwargs))
+        eager = times["eager"]
+        cells = ", ".join(f"{name} {t:.0f} us ({t / eager:.2f}x)" for name, t in times.items())
+        print(f"{text}: {cells}; a trivial compiled program: {warm:.0f} us after itself, "
+              f"{cold:.0f} us after the eager kernel")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or list(SHAPES))
