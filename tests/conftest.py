@@ -7,8 +7,27 @@ tests/tf_reference_worker.py).
 """
 
 import os
+import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="session")
+def emulated_gpu_core(tmp_path_factory) -> Path:
+    """The CUDA core's C entry (benchmarks/gpu_peers/core_capi.cu) built against the host
+    emulator: the "device" buffers it takes are host memory."""
+    root = Path(__file__).resolve().parents[1]
+    library = tmp_path_factory.mktemp("gpu_core") / "libfbn_core_emu.so"
+    subprocess.run(["g++", "-std=c++17", "-ffp-contract=off", f"-I{root}", "-O1", "-shared",
+                    "-fPIC", "-Wno-unknown-pragmas", f"-I{root / 'cc/tests/gpu_emulator'}",
+                    "-x", "c++", str(root / "cc/core/bn_grad_gpu.cu"),
+                    str(root / "benchmarks/gpu_peers/core_capi.cu"),
+                    "-x", "none", str(root / "cc/tests/gpu_emulator/emulator.cc"),
+                    "-o", str(library)], check=True)
+    return library

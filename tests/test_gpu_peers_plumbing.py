@@ -16,20 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PEERS = ROOT / "benchmarks" / "gpu_peers"
 
 
-@pytest.fixture(scope="module")
-def emulated_core(tmp_path_factory) -> Path:
-    library = tmp_path_factory.mktemp("peers") / "libfbn_core_emu.so"
-    subprocess.run(["g++", "-std=c++17", "-ffp-contract=off", f"-I{ROOT}", "-O1", "-shared",
-                    "-fPIC", "-Wno-unknown-pragmas", f"-I{ROOT / 'cc/tests/gpu_emulator'}",
-                    "-x", "c++", str(ROOT / "cc/core/bn_grad_gpu.cu"), str(PEERS / "core_capi.cu"),
-                    "-x", "none", str(ROOT / "cc/tests/gpu_emulator/emulator.cc"),
-                    "-o", str(library)], check=True)
-    return library
-
-
-def test_emulated_run_reports_every_cell(emulated_core: Path, tmp_path: Path) -> None:
+def test_emulated_run_reports_every_cell(emulated_gpu_core: Path, tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, str(PEERS / "peers.py"), "--emulated", "--core",
-                             str(emulated_core), "--out", str(tmp_path)],
+                             str(emulated_gpu_core), "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1] == "gpu peers: 24 passed, 0 failed"
@@ -46,7 +35,7 @@ def test_emulated_run_reports_every_cell(emulated_core: Path, tmp_path: Path) ->
     assert len(cudnn) == 24 and all(r["note"] == "n/a" for r in cudnn)
 
 
-def test_error_measure_sees_a_variance_where_the_inverse_std_belongs(emulated_core) -> None:
+def test_error_measure_sees_a_variance_where_the_inverse_std_belongs(emulated_gpu_core) -> None:
     """Training inputs in the CPU contract (the variance) instead of the GPU's (inverse std):
     the same harness must report a large error, not a pass."""
     sys.path[:0] = [str(ROOT), str(PEERS)]
@@ -55,7 +44,7 @@ def test_error_measure_sees_a_variance_where_the_inverse_std_belongs(emulated_co
         import peers  # noqa: PLC0415
     finally:
         del sys.path[:2]
-    backend = backends.make(True, peers.load_core(True, emulated_core))
+    backend = backends.make(True, peers.load_core(True, emulated_gpu_core))
     case = peers.Case("2x5x5x8", peers.EMULATED_SHAPES["2x5x5x8"], True, "float32", True, 1)
     prepared = backend.prepare(case)
     expected = case.reference(*prepared.rounded_inputs())

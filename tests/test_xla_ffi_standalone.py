@@ -1,7 +1,9 @@
 """The FFI handlers as a library of their own (make xla-ffi-lib: the core and cc/xla_ffi/, no
 TensorFlow), registered into JAX's XLA by tools/jax_ffi_check.py in a process without
 TensorFlow: every dtype, layout and mode against the float64 oracle, run to run, bad calls, and
-bit-identical to this TensorFlow kernel on the cases it has (CPU contract)."""
+bit-identical to this TensorFlow kernel on the cases it has (CPU contract). The same run calls
+the CUDA core's C entry, built against the host emulator, directly on JAX's buffers: the
+plumbing a GPU run uses to hold the CUDA handler to the core's bits."""
 
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ def _missing() -> str | None:
     return None
 
 
-def test_jax_runs_the_handlers_with_the_kernels_bits(tmp_path) -> None:
+def test_jax_runs_the_handlers_with_the_kernels_bits(tmp_path, emulated_gpu_core) -> None:
     missing = _missing()
     if missing:
         if os.environ.get("CI") == "true":
@@ -70,9 +72,11 @@ def test_jax_runs_the_handlers_with_the_kernels_bits(tmp_path) -> None:
     # JAX's own XLA, in a process of its own: TensorFlow's is loaded here.
     run = subprocess.run(
         [sys.executable, str(CHECK), str(LIBRARY), "--platform", "cpu",
-         "--expected", str(tmp_path / "expected.npz")],
+         "--expected", str(tmp_path / "expected.npz"), "--core", str(emulated_gpu_core)],
         capture_output=True, text=True, timeout=600,
         env=dict(os.environ, JAX_PLATFORMS="cpu"))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "(48 against the kernel's bits), 0 failed" in run.stdout, run.stdout
+    # 3 dtypes x 4 layouts x 3 modes through the core's entry.
+    assert ("(48 against the kernel's bits, 36 against the core called directly), 0 failed"
+            in run.stdout), run.stdout
     assert "FAIL" not in run.stdout, run.stdout

@@ -7,9 +7,15 @@ float64 oracle (tf_fbn_ops.reference), run to run bit-identical, and, given --ex
 that the TensorFlow kernel's inputs and outputs were written to, per case), bit-identical to
 that kernel. Bad calls
 must come back as errors that name the problem. With --time, the median time of the jitted call
-per large case. Needs only NumPy, ml_dtypes and JAX (jax[cuda] for --platform cuda).
+per large case. With --core (the CUDA core's C entry, benchmarks/gpu_peers/core_capi.cu), the
+core is also called directly on the same device buffers: on the GPU the custom call must give
+its bits, and --time times both; on the CPU the entry built against the host emulator checks
+this plumbing against the oracle, untimed. Needs only NumPy, ml_dtypes and JAX (jax[cuda] for
+--platform cuda).
 
     python tools/jax_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cpu
+    python tools/jax_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda --time \
+        --core build/gpu_peers/libfbn_core.so
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ import json
 import math
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+ROOT = Path(__file__).resolve().parent.parent
 TARGET = "tf_fbn_ops_batch_norm_grad"
 HANDLERS = {"cpu": "FbnBatchNormGradHost", "cuda": "FbnBatchNormGradCuda"}
 JAX_PLATFORM = {"cpu": "cpu", "cuda": "CUDA"}
@@ -42,14 +50,19 @@ MODES = (("train", True, False), ("infer", False, False), ("train_inv_std", True
 LARGE = {"NHWC": (32, 28, 28, 128), "NCHW": (32, 128, 28, 28), "NDHWC": (4, 16, 28, 28, 64)}
 
 
-def load_reference():
-    """tf_fbn_ops/reference.py by path: importing the package would not need TensorFlow either,
-    but this tool must also run from a bare checkout on a machine without it."""
-    path = Path(__file__).resolve().parent.parent / "tf_fbn_ops" / "reference.py"
-    spec = importlib.util.spec_from_file_location("fbn_reference", path)
+def load_by_path(name: str, relative: str):
+    """A module of this checkout by its path: tf_fbn_ops/reference.py (importing the package
+    would not need TensorFlow either, but this tool must also run from a bare checkout on a
+    machine without it) and the core's ctypes loader beside the peer benchmark."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_reference():
+    return load_by_path("fbn_reference", "tf_fbn_ops/reference.py")
 
 
 def register(library: str, platform: str) -> None:
@@ -193,8 +206,102 @@ def check_bad_calls() -> list[dict]:
     return records
 
 
-def time_cases(platform: str) -> list[dict]:
-    """Median of 20 calls of the jitted custom call on large inputs already on the device."""
+class DirectCore:
+    """The CUDA core called through its C entry on JAX's device arrays (read only), writing into
+    device memory of its own, on the default stream, waiting for the device after each call."""
+
+    def __init__(self, path: str, platform: str) -> None:
+        self.library = load_by_path("fbn_core_library", "benchmarks/gpu_peers/core_library.py")
+        self.core = self.library.load_core(emulated=platform == "cpu", path=Path(path))
+
+    def prepare(self, inputs: list, layout: str, dtype_name: str, is_training: bool,
+                saved_inv_std: bool):
+        """A callable running the core once on the device arrays `inputs` (dy, x, scale, mean,
+        variance); with fetch (the default) it returns the three outputs as NumPy arrays. The
+        device memory lives as long as the callable."""
+        import jax  # noqa: PLC0415
+
+        shape = inputs[0].shape
+        channels_last = layout.endswith("C")
+        n, c = shape[0], shape[-1] if channels_last else shape[1]
+        s = math.prod(shape) // (n * c)
+        results = [np.empty(shape, DTYPES[dtype_name]), np.empty(c, np.float32),
+                   np.empty(c, np.float32)]
+        sizes = [r.nbytes for r in results]
+        sizes.append(self.core.fbn_gpu_scratch_bytes(n, c, s, int(channels_last)))
+        device = [self.core.fbn_gpu_alloc(max(1, size)) for size in sizes]
+        if not all(device):
+            self.free(device)
+            raise MemoryError(f"fbn_gpu_alloc failed for {sizes} bytes")
+        jax.block_until_ready(inputs)
+        pointers = [a.unsafe_buffer_pointer() for a in inputs] + device
+        code = self.library.DTYPE_CODE[dtype_name]
+        check = self.library.check
+
+        def run(fetch: bool = True) -> list[np.ndarray] | None:
+            check(self.core, self.core.fbn_gpu_grad(
+                code, n, c, s, int(channels_last), int(is_training), int(saved_inv_std),
+                EPSILON, *pointers, None), "fbn_gpu_grad")
+            check(self.core, self.core.fbn_gpu_synchronize(), "synchronize")
+            if not fetch:
+                return None
+            for result, pointer, size in zip(results, device, sizes):
+                check(self.core, self.core.fbn_gpu_copy_to_host(result.ctypes.data, pointer,
+                                                                 size), "copy")
+            return [r.copy() for r in results]
+
+        weakref.finalize(run, self.free, device)
+        return run
+
+    def free(self, device: list) -> None:
+        for pointer in device:
+            if pointer:
+                self.core.fbn_gpu_free(pointer)
+
+
+def check_direct(direct: DirectCore, platform: str, reference) -> list[dict]:
+    """The custom call against the core called directly, on every dtype, layout and mode: the
+    same bits on the GPU (the same CUDA core); on the CPU, where the handler runs the CPU core
+    and the entry the emulated CUDA core, the direct call against the oracle."""
+    import jax  # noqa: PLC0415
+
+    rng = np.random.default_rng(2)
+    records = []
+    for dtype_name, dtype in DTYPES.items():
+        for layout, shape in LAYOUTS.items():
+            for mode, is_training, saved_inv_std in MODES:
+                host = make_inputs(rng, shape, layout, dtype, saved_inv_std)
+                inputs = [jax.device_put(v) for v in host]
+                attrs = attrs_for(layout, is_training, saved_inv_std)
+                via_xla = [np.asarray(v) for v in
+                           grad_call(shape, dtype, host[2].shape[0], **attrs)(*inputs)]
+                direct_outputs = direct.prepare(inputs, layout, dtype_name, is_training,
+                                                saved_inv_std)()
+                if platform == "cuda":
+                    problems = ([] if all(same_bits(a, b) for a, b in zip(via_xla, direct_outputs))
+                                else ["differs from the core called directly"])
+                else:
+                    problems = accuracy_problems(direct_outputs, host, layout, is_training,
+                                                 saved_inv_std, dtype, reference)
+                records.append({"case": f"direct-{dtype_name}-{layout}-{mode}",
+                                "problems": problems, "against_direct": True})
+    return records
+
+
+def median_seconds(fn, repeats: int = 20) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def time_cases(platform: str, direct: DirectCore | None) -> list[dict]:
+    """Median of 20 calls of the jitted custom call on large inputs already on the device, and
+    on the GPU, given the core's entry, of 20 direct calls on the same buffers (whose results
+    must be the custom call's bits)."""
     import jax  # noqa: PLC0415
 
     rng = np.random.default_rng(1)
@@ -205,14 +312,16 @@ def time_cases(platform: str) -> list[dict]:
                       make_inputs(rng, shape, layout, DTYPES[dtype_name], platform == "cuda")]
             call = grad_call(shape, DTYPES[dtype_name], inputs[2].shape[0],
                              **attrs_for(layout, True, platform == "cuda"))
-            jax.block_until_ready(call(*inputs))
-            times = []
-            for _ in range(20):
-                start = time.perf_counter()
-                jax.block_until_ready(call(*inputs))
-                times.append(time.perf_counter() - start)
-            rows.append({"case": f"{dtype_name}-{layout}-train-{'x'.join(map(str, shape))}",
-                         "median_us": round(float(np.median(times)) * 1e6, 1)})
+            row = {"case": f"{dtype_name}-{layout}-train-{'x'.join(map(str, shape))}",
+                   "median_us": round(median_seconds(
+                       lambda: jax.block_until_ready(call(*inputs))) * 1e6, 1),
+                   "problems": []}
+            if direct is not None and platform == "cuda":
+                run = direct.prepare(inputs, layout, dtype_name, True, True)
+                if not all(same_bits(np.asarray(a), b) for a, b in zip(call(*inputs), run())):
+                    row["problems"].append("differs from the core called directly")
+                row["direct_us"] = round(median_seconds(lambda: run(fetch=False)) * 1e6, 1)
+            rows.append(row)
     return rows
 
 
@@ -222,22 +331,33 @@ def main() -> int:
     parser.add_argument("--platform", choices=sorted(HANDLERS), default="cpu")
     parser.add_argument("--expected", help=".npz of inputs and TensorFlow kernel outputs")
     parser.add_argument("--time", action="store_true")
+    parser.add_argument("--core", help="the CUDA core's C entry (benchmarks/gpu_peers), called "
+                        "directly beside the custom call: libfbn_core.so on the GPU, "
+                        "libfbn_core_emu.so (host emulator) on the CPU")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="write the records as JSON here")
     args = parser.parse_args()
     import jax  # noqa: PLC0415
 
     register(args.library, args.platform)
-    records = check_cases(args, load_reference()) + check_bad_calls()
-    timings = time_cases(args.platform) if args.time else []
-    failed = [r for r in records if r["problems"]]
+    reference = load_reference()
+    direct = DirectCore(args.core, args.platform) if args.core else None
+    records = check_cases(args, reference) + check_bad_calls()
+    if direct is not None:
+        records += check_direct(direct, args.platform, reference)
+    timings = time_cases(args.platform, direct) if args.time else []
+    failed = [r for r in records + timings if r["problems"]]
     for record in failed:
         print(f"FAIL {record['case']}: {'; '.join(record['problems'])}")
     for row in timings:
-        print(f"time {row['case']}: {row['median_us']} us")
+        beside = (f", the core called directly {row['direct_us']} us "
+                  f"({row['median_us'] / row['direct_us']:.2f}x)" if "direct_us" in row else "")
+        print(f"time {row['case']}: {row['median_us']} us{beside}")
     against_kernel = sum(bool(r.get("against_kernel")) for r in records)
+    against_direct = sum(bool(r.get("against_direct")) for r in records)
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}: {len(records)} checks "
-          f"({against_kernel} against the kernel's bits), {len(failed)} failed")
+          f"({against_kernel} against the kernel's bits, {against_direct} against the core "
+          f"called directly), {len(failed)} failed")
     if args.out:
         Path(args.out).write_text(json.dumps({"jax": jax.__version__,
                                               "device": jax.devices()[0].device_kind,

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Callable
 
 import numpy as np
+from core_library import DTYPE_CODE, check
 
 EPSILON = 1e-3
 
@@ -25,17 +26,13 @@ def make(emulated: bool, core: ctypes.CDLL):
     return EmulatedBackend(core) if emulated else CudaBackend(core)
 
 
-DTYPE_CODE = {"float32": 0, "float16": 1, "bfloat16": 2}
-
-
 def call_core(core: ctypes.CDLL, case, pointers: list[int], stream: int | None) -> None:
     """One call of the core on `case`. pointers: dy, x, scale, mean, variance (the inverse std
     in training, TensorFlow's GPU contract), dx, dscale, doffset, scratch."""
-    error = core.fbn_gpu_grad(DTYPE_CODE[case.dtype], case.n, case.c, case.s,
-                              int(case.channels_last), int(case.training), int(case.training),
-                              EPSILON, *pointers, stream)
-    if error != 0:
-        raise RuntimeError(f"fbn_gpu_grad: {core.fbn_gpu_error_string(error).decode()}")
+    check(core, core.fbn_gpu_grad(DTYPE_CODE[case.dtype], case.n, case.c, case.s,
+                                  int(case.channels_last), int(case.training),
+                                  int(case.training), EPSILON, *pointers, stream),
+          "fbn_gpu_grad")
 
 
 # --- PyTorch on a CUDA GPU -----------------------------------------------------------------

@@ -1,6 +1,9 @@
 // A C entry point to the CUDA core, for the peer benchmark (peers.py loads it with ctypes and
-// hands it PyTorch's device buffers and stream). Built with nvcc for a GPU, or as C++ against
-// the host emulator (cc/tests/gpu_emulator) so that the benchmark's plumbing runs without one.
+// hands it PyTorch's device buffers and stream) and for tools/jax_ffi_check.py (JAX's buffers).
+// Built with nvcc for a GPU, or as C++ against the host emulator (cc/tests/gpu_emulator) so
+// that the plumbing runs without one.
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "cc/core/bn_grad.h"
@@ -67,6 +70,26 @@ __attribute__((visibility("default"))) int fbn_gpu_grad(
 
 __attribute__((visibility("default"))) const char* fbn_gpu_error_string(int error) {
   return error == -1 ? "unknown dtype" : fbn::GpuErrorString(error);
+}
+
+// For a caller without a CUDA runtime of its own (tools/jax_ffi_check.py, whose device arrays
+// are JAX's and must not be written): device memory (null on failure), its release, a copy to
+// the host, and a wait for everything queued on the device (such a caller passes the default
+// stream).
+__attribute__((visibility("default"))) void* fbn_gpu_alloc(uint64_t bytes) {
+  void* pointer = nullptr;
+  return cudaMalloc(&pointer, bytes) == cudaSuccess ? pointer : nullptr;
+}
+
+__attribute__((visibility("default"))) void fbn_gpu_free(void* pointer) { cudaFree(pointer); }
+
+__attribute__((visibility("default"))) int fbn_gpu_copy_to_host(void* host, const void* device,
+                                                                uint64_t bytes) {
+  return cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost);
+}
+
+__attribute__((visibility("default"))) int fbn_gpu_synchronize() {
+  return cudaDeviceSynchronize();
 }
 
 __attribute__((visibility("default"))) int fbn_gpu_cuda_version() {

@@ -23,7 +23,6 @@ Usage: python benchmarks/gpu_peers/peers.py [--emulated] [--shapes NAME,...] [--
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -35,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
 import backends  # noqa: E402 - beside this file; PyTorch is imported only when used
+from core_library import load_core  # noqa: E402 - beside this file
 from backends import EPSILON  # noqa: E402
 from tf_fbn_ops import reference  # noqa: E402 - NumPy only, no TensorFlow
 
@@ -49,17 +49,6 @@ SHAPES = {"32x56x56x64": (32, (56, 56), 64), "32x28x28x128": (32, (28, 28), 128)
           "64x56x56x256": (64, (56, 56), 256), "256x7x7x2048": (256, (7, 7), 2048),
           "8x32x64x64x64": (8, (32, 64, 64), 64)}
 EMULATED_SHAPES = {"2x5x5x8": (2, (5, 5), 8), "3x4x6x2x5": (3, (4, 6, 2), 5)}
-
-
-def load_core(emulated: bool, path: Path | None) -> ctypes.CDLL:
-    name = "libfbn_core_emu.so" if emulated else "libfbn_core.so"
-    core = ctypes.CDLL(str(path or ROOT / "build" / "gpu_peers" / name))
-    core.fbn_gpu_scratch_bytes.restype = ctypes.c_uint64
-    core.fbn_gpu_scratch_bytes.argtypes = [ctypes.c_int64] * 3 + [ctypes.c_int]
-    core.fbn_gpu_grad.argtypes = ([ctypes.c_int] + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
-                                  + [ctypes.c_float] + [ctypes.c_void_p] * 10)
-    core.fbn_gpu_error_string.restype = ctypes.c_char_p
-    return core
 
 
 class Case:
