@@ -250,7 +250,8 @@ class DirectCore:
                                                                  size), "copy")
             return [r.copy() for r in results]
 
-        weakref.finalize(run, self.free, device)
+        # Freed with the callable; at exit the process's end frees it, after JAX's teardown.
+        weakref.finalize(run, self.free, device).atexit = False
         return run
 
     def free(self, device: list) -> None:
