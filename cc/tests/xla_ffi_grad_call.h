@@ -24,6 +24,18 @@ struct FfiShape {
   int64_t channels;
 };
 
+// Shapes every handler test runs, followed by its own: awkward ones (C = 1, S = 1, one
+// element, 5-D) and empty ones (no batch, no spatial extent, no channels).
+inline std::vector<FfiShape> WithEdgeShapes(std::vector<FfiShape> own) {
+  std::vector<FfiShape> shapes = {
+      {2, {3, 5}, 7},    {1, {1, 1}, 1},    {5, {7, 9}, 1},   {2, {1, 1}, 300},
+      {2, {3, 4, 5}, 6}, {1, {1, 1, 1}, 1}, {0, {4, 4}, 3},   {2, {0, 5}, 3},
+      {2, {3, 3}, 0},    {0, {2, 2, 2}, 3},
+  };
+  shapes.insert(shapes.end(), own.begin(), own.end());
+  return shapes;
+}
+
 inline std::vector<int64_t> XDims(const FfiShape& s, bool channels_last) {
   std::vector<int64_t> dims{s.batch};
   if (!channels_last) dims.push_back(s.channels);
