@@ -30,7 +30,9 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu_cache.h"
 #include "cc/core/cpu_loops.h"
+#include "cc/core/cpu_sweeps.h"
 #include "cc/core/float16_convert.h"
 #include "cc/core/ieee_arithmetic.h"
 
@@ -61,10 +63,6 @@ constexpr int64_t kMinRowWidth = 64;
 // units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
 constexpr int64_t kMinGroupUnits = 16;
-// x_backprop is written with non-temporal stores from this tensor size up: the caches would
-// not keep it for long anyway, the stores skip reading each line before writing it, and x and
-// dy stay cached (measured: 10-40 % faster on channels-last tensors, neutral elsewhere).
-constexpr int64_t kStreamingBytes = int64_t{4} << 20;
 // Calls this small run on the calling thread: a pool dispatch would cost more than the work.
 constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Rough cycles per element, for the pool's cost model.
@@ -142,12 +140,12 @@ template <typename T, typename F>
 class Call {
  public:
   Call(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for,
-       const CpuLoops<T>& loops)
+       const CpuLoops<T>& loops, int64_t streaming_footprint)
       : t(t),
         loops(loops),
         s(params.shape.canonical()),
         training(params.is_training),
-        stream_dx(s.elements() * static_cast<int64_t>(sizeof(T)) >= kStreamingBytes),
+        stream_dx(Footprint(s, t) > streaming_footprint),
         params_(params),
         parallel_for_(parallel_for) {
     const int64_t C = s.channels;
@@ -166,19 +164,17 @@ class Call {
     }
   }
 
-  // Runs unit(u) for u in [0, count) (in reverse order if asked), through the pool or inline
-  // when the call is tiny; in IEEE arithmetic on whichever thread runs them.
-  template <typename Unit>
-  void RunUnits(int64_t count, int64_t unit_elements, bool reverse, const Unit& unit) const {
-    auto range = [&](int64_t begin, int64_t end) {
-      ScopedIeeeArithmetic ieee;
-      for (int64_t i = begin; i < end; ++i) unit(reverse ? count - 1 - i : i);
-    };
-    if (s.elements() <= kInlineElements || count == 1) {
-      range(0, count);
-    } else {
-      parallel_for_(count, unit_elements * kCyclesPerElement, range);
-    }
+  // Runs unit(u) for u in [0, count), through the pool or inline when the call is tiny.
+  void RunUnits(int64_t count, int64_t unit_elements, const UnitFn& unit) const {
+    RunSweeps(parallel_for_, PlanOf(count, unit_elements), unit);
+  }
+
+  // Training's two sweeps over the same units in one pool call (cpu_sweeps.h): first(u) for
+  // every unit, then between() once, then second(u) for every unit, a thread's own units of
+  // the first sweep first, the latest first, whose data the caches are most likely to hold.
+  void RunTwoSweeps(int64_t count, int64_t unit_elements, const UnitFn& first,
+                    const std::function<void()>& between, const UnitFn& second) const {
+    RunSweeps(parallel_for_, PlanOf(count, unit_elements), first, between, second);
   }
 
   // Channel c's outputs, and in training its coefficients, from its sums.
@@ -222,7 +218,11 @@ class Call {
   const CpuLoops<T>& loops;
   const Shape s;  // canonical
   const bool training;
-  // x_backprop is written with non-temporal stores (tensors too large for the caches).
+  // x_backprop is written with non-temporal stores: the call's tensors do not fit the
+  // last-level cache, which would not keep x_backprop anyway, so its stores skip reading each
+  // line first and leave x and y_backprop cached. Where they fit, ordinary stores keep
+  // x_backprop in the cache for whatever reads it next (measured: non-temporal stores to
+  // tensors that fit the cache were up to 40 % slower, and did not scale with threads).
   const bool stream_dx;
   // Per channel: mean, scale · inv_std, and (training, once finished) the dx coefficients.
   F* mean = nullptr;
@@ -242,6 +242,16 @@ class Call {
              ((static_cast<double>(ToFloat(t.x[i])) - t.mean[c]) * inv_std_[c]);
     }
     return sum;
+  }
+
+  // Bytes of x, y_backprop and x_backprop (two tensors when x_backprop is y_backprop's buffer).
+  static int64_t Footprint(const Shape& s, const Tensors<T>& t) {
+    const int64_t tensors = t.x_backprop == t.y_backprop ? 2 : 3;
+    return tensors * s.elements() * static_cast<int64_t>(sizeof(T));
+  }
+
+  SweepPlan PlanOf(int64_t count, int64_t unit_elements) const {
+    return {count, unit_elements * kCyclesPerElement, s.elements() <= kInlineElements};
   }
 
   const Params& params_;
@@ -303,7 +313,7 @@ void RunRows(const Call<T, float>& call) {
     if (left > 0) fn((r1 - left) * C, 1, left * C);
   };
 
-  call.RunUnits(blocks.count, blocks.size * C, false, [&](int64_t b) {
+  auto sums = [&](int64_t b) {
     double* sum_dy = partials.sum_dy(b);
     double* sum_dy_xc = partials.sum_dy_xc(b);
     std::fill(sum_dy, sum_dy + 2 * columns, 0.0);
@@ -317,16 +327,23 @@ void RunRows(const Call<T, float>& call) {
                                  sum_dy_xc, call.stream_dx);
       }
     });
-  });
-  FinishFromPartials(call, partials, blocks.count);
-  if (!call.training) return;
-  call.Expand(k, columns, [C](int64_t j) { return j % C; }, true);
-  call.RunUnits(blocks.count, blocks.size * C, /*reverse=*/true, [&](int64_t b) {
+  };
+  if (!call.training) {
+    call.RunUnits(blocks.count, blocks.size * C, sums);
+    FinishFromPartials(call, partials, blocks.count);
+    return;
+  }
+  auto finish = [&] {
+    FinishFromPartials(call, partials, blocks.count);
+    call.Expand(k, columns, [C](int64_t j) { return j % C; }, true);
+  };
+  auto dx = [&](int64_t b) {
     for_each_window(b, [&](int64_t offset, int64_t rows, int64_t width) {
       loops.training_dx_rows(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, columns,
                              rows, width, k.coefficients(), call.stream_dx);
     });
-  });
+  };
+  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
 // ---- planes: channels first [N, C * S] with short planes, fast family.
@@ -391,18 +408,22 @@ void RunPlanes(const Call<T, float>& call) {
                            stride, w.rows, w.width, k.coefficients(), call.stream_dx);
   };
   const int64_t units = blocks.count * groups.count;
-  call.RunUnits(units, blocks.size * groups.size * S, false, first_sweep);
-  if (fused) return;
-  FinishFromPartials(call, partials, blocks.count);
-  if (!call.training) return;
-  call.RunUnits(units, blocks.size * groups.size * S, /*reverse=*/true, [&](int64_t u) {
-    const Unit w = unit_of(u);
-    float column_data[4][kMaxUnitColumns];
-    const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
-    call.Expand(k, w.width, channel_of(w.c0), true);
-    loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
-                           stride, w.rows, w.width, k.coefficients(), call.stream_dx);
-  });
+  const int64_t unit_elements = blocks.size * groups.size * S;
+  if (fused || !call.training) {
+    call.RunUnits(units, unit_elements, first_sweep);
+    if (!fused) FinishFromPartials(call, partials, blocks.count);
+    return;
+  }
+  call.RunTwoSweeps(
+      units, unit_elements, first_sweep, [&] { FinishFromPartials(call, partials, blocks.count); },
+      [&](int64_t u) {
+        const Unit w = unit_of(u);
+        float column_data[4][kMaxUnitColumns];
+        const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
+        call.Expand(k, w.width, channel_of(w.c0), true);
+        loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
+                               stride, w.rows, w.width, k.coefficients(), call.stream_dx);
+      });
 }
 
 // ---- runs: channels first, fast family.
@@ -440,7 +461,7 @@ void RunRuns(const Call<T, float>& call) {
     int64_t group = std::clamp<int64_t>(kFusedUnitBytes / channel_bytes, 1, kMaxGroupChannels);
     group = std::min(group, std::max<int64_t>(1, C / kMinGroupUnits));
     const Groups groups(C, group);
-    call.RunUnits(groups.count, group * R, false, [&](int64_t g) {
+    call.RunUnits(groups.count, group * R, [&](int64_t g) {
       const int64_t c0 = groups.begin(g), c1 = groups.end(g);
       double sums[2][kMaxGroupChannels] = {};
       // Training reads kFastGroup images at a time, side by side (measured faster); inference,
@@ -462,7 +483,7 @@ void RunRuns(const Call<T, float>& call) {
   const Blocks blocks(R, kUnitElements, 1);
   const Partials partials{CallScratch<double, kPartialsSlot>(blocks.count * 2 * C), C};
   const int64_t units = C * blocks.count;
-  call.RunUnits(units, blocks.size, false, [&](int64_t u) {
+  auto sums = [&](int64_t u) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     double sum_dy = 0.0, sum_dy_xc = 0.0;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b), [&](int64_t offset, int64_t length) {
@@ -470,10 +491,13 @@ void RunRuns(const Call<T, float>& call) {
     });
     partials.sum_dy(b)[c] = sum_dy;
     partials.sum_dy_xc(b)[c] = sum_dy_xc;
-  });
-  FinishFromPartials(call, partials, blocks.count);
-  if (!call.training) return;
-  call.RunUnits(units, blocks.size, /*reverse=*/true, [&](int64_t u) {
+  };
+  auto finish = [&] { FinishFromPartials(call, partials, blocks.count); };
+  if (!call.training) {
+    call.RunUnits(units, blocks.size, sums);
+    return finish();
+  }
+  call.RunTwoSweeps(units, blocks.size, sums, finish, [&](int64_t u) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b),
                [&](int64_t offset, int64_t length) { dx_runs(c, offset, length, 1); });
@@ -488,7 +512,7 @@ void RunExactRows(const Call<T, double>& call) {
   const int64_t C = call.s.channels, R = call.s.rest();
   const Groups groups(C, std::clamp<int64_t>(RoundUp(CeilDiv(kUnitElements, R), 16), 16,
                                              kMaxUnitColumns));
-  call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
+  call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     const int64_t c0 = groups.begin(g), width = groups.end(g) - c0;
     double sums[4][kMaxUnitColumns];
     for (auto& column_sums : sums) std::fill(column_sums, column_sums + width, 0.0);
@@ -510,7 +534,7 @@ void RunExactRuns(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, S = call.s.spatial, R = call.s.rest();
   const Groups groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
-  call.RunUnits(groups.count, groups.size * R, false, [&](int64_t g) {
+  call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     for (int64_t c = groups.begin(g); c < groups.end(g); ++c) {
       CompensatedSum sum_dy, sum_dy_xc;
       call.loops.exact_sum_runs(t.y_backprop + c * S, t.x + c * S, call.mean[c], S,
@@ -532,7 +556,8 @@ ParallelFor SerialFor() {
 
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
-                               const ParallelFor& parallel_for, const CpuLoops<T>& loops) {
+                               const ParallelFor& parallel_for, const CpuLoops<T>& loops,
+                               int64_t streaming_footprint) {
   ScopedIeeeArithmetic ieee;
   const Shape s = params.shape.canonical();
   if (s.elements() == 0) {
@@ -541,10 +566,10 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
     return;
   }
   if (s.rest() < kFastPathRest) {
-    const Call<T, double> call(params, t, parallel_for, loops);
+    const Call<T, double> call(params, t, parallel_for, loops, streaming_footprint);
     return s.channels_last ? RunExactRows(call) : RunExactRuns(call);
   }
-  const Call<T, float> call(params, t, parallel_for, loops);
+  const Call<T, float> call(params, t, parallel_for, loops, streaming_footprint);
   if (s.channels_last) return RunRows(call);
   if (s.spatial < kShortPlane) return RunPlanes(call);
   RunRuns(call);
@@ -552,13 +577,14 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
 
 template <typename T>
 void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
-  BatchNormGradCpuWithLoops(params, t, parallel_for, LoopsFor<T>(ActiveCpuIsa()));
+  BatchNormGradCpuWithLoops(params, t, parallel_for, LoopsFor<T>(ActiveCpuIsa()),
+                            LastLevelCacheBytes());
 }
 
 #define FBN_INSTANTIATE_CPU(T)                                                                 \
   template void BatchNormGradCpu<T>(const Params&, const Tensors<T>&, const ParallelFor&);     \
   template void BatchNormGradCpuWithLoops<T>(const Params&, const Tensors<T>&,                 \
-                                             const ParallelFor&, const CpuLoops<T>&);
+                                             const ParallelFor&, const CpuLoops<T>&, int64_t);
 FBN_INSTANTIATE_CPU(float)
 FBN_INSTANTIATE_CPU(Half)
 FBN_INSTANTIATE_CPU(BFloat16)

@@ -2,9 +2,11 @@
 // reference on random and awkward shapes, bit-determinism under any split of the work onto
 // threads, and the 16-bit conversions. Prints one line per failure and a PASS/FAIL summary.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -13,6 +15,8 @@
 #include "cc/core/bn_grad.h"
 #include "cc/core/cpu_loops.h"
 #include "cc/core/float16_convert.h"
+#include "cc/core/pool_parallel_for.h"
+#include "cc/tests/delayed_pool.h"
 #include "cc/tests/test_util.h"
 
 namespace fbn {
@@ -200,6 +204,9 @@ void TestConversions() {
 // (cc/core/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
 // arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
+constexpr int64_t kNeverStream = std::numeric_limits<int64_t>::max();
+constexpr int64_t kAlwaysStream = 0;
+
 template <typename T>
 void TestIsaCopiesAgree() {
   const Shape shapes[] = {
@@ -226,18 +233,68 @@ void TestIsaCopiesAgree() {
       }
       const Params p = ParamsOf(k);
       Outputs<T> base(shape);
-      BatchNormGradCpuWithLoops(p, base.Bind(in), SerialFor(), LoopsFor<T>(CpuIsa::kBaseline));
+      BatchNormGradCpuWithLoops(p, base.Bind(in), SerialFor(), LoopsFor<T>(CpuIsa::kBaseline),
+                                kNeverStream);
       for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
         if (isa > DetectedCpuIsa()) continue;  // this CPU cannot run that copy
-        const std::string copy = Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) + " copy";
-        if (isa != CpuIsa::kBaseline) {
-          Outputs<T> other(shape);
-          BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa));
-          Check(other.BitEqual(base), copy + " gives the portable copy's bits");
+        // Ordinary and non-temporal stores of x_backprop, whatever this machine's cache.
+        for (int64_t streaming_footprint : {kNeverStream, kAlwaysStream}) {
+          const std::string copy = Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) +
+                                   " copy" +
+                                   (streaming_footprint == kAlwaysStream ? ", streamed" : "");
+          if (isa != CpuIsa::kBaseline || streaming_footprint == kAlwaysStream) {
+            Outputs<T> other(shape);
+            BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa),
+                                      streaming_footprint);
+            Check(other.BitEqual(base), copy + " gives the portable copy's bits");
+          }
+          Outputs<T> in_place(shape);
+          BatchNormGradCpuWithLoops(p, in_place.BindInPlace(in), SerialFor(), LoopsFor<T>(isa),
+                                    streaming_footprint);
+          Check(in_place.BitEqual(base), copy + " in place gives the portable copy's bits");
         }
-        Outputs<T> in_place(shape);
-        BatchNormGradCpuWithLoops(p, in_place.BindInPlace(in), SerialFor(), LoopsFor<T>(isa));
-        Check(in_place.BitEqual(base), copy + " in place gives the portable copy's bits");
+      }
+    }
+  }
+}
+
+// The pool adapter (pool_parallel_for.h) and the sweeps (cpu_sweeps.h) give SerialFor's bits
+// however late the pool's threads join: at once, while the first sweep runs, around the
+// barrier between the sweeps, or only after the call has returned. Every schedule with two
+// sweeps, and one with one.
+template <typename T>
+void TestLateThreadsAgree() {
+  const Shape shapes[] = {
+      {2, 2048, 520, true},   // rows, wide
+      {64, 40, 500, true},    // rows
+      {20000, 3, 5, false},   // planes, two sweeps
+      {3, 2, 140001, false},  // runs, blocks of a channel
+      {5, 6, 333, false},     // runs, fused groups (one sweep)
+  };
+  const std::chrono::microseconds delays[] = {std::chrono::microseconds(0),
+                                              std::chrono::microseconds(300),
+                                              std::chrono::microseconds(3000)};
+  for (const Shape& shape : shapes) {
+    for (bool training : {true, false}) {
+      const Case k{shape, training, 0.0f};
+      Inputs<T> in(k, 11);
+      const Params p = ParamsOf(k);
+      Outputs<T> serial(shape);
+      BatchNormGradCpu(p, serial.Bind(in), SerialFor());
+      for (int threads : {2, 3, 8}) {
+        for (int when = 0; when < 4; ++when) {
+          const bool held = when == 3;
+          DelayedPool pool(threads - 1, held ? delays[0] : delays[when], held);
+          const ParallelFor parallel_for = PoolParallelFor(
+              threads, [&pool](std::function<void()> task) { pool.Schedule(std::move(task)); });
+          Outputs<T> pooled(shape);
+          BatchNormGradCpu(p, pooled.Bind(in), parallel_for);
+          pool.Release();  // held tasks start now, after the call
+          Check(pooled.BitEqual(serial),
+                Describe(k, TypeName<T>()) + ": " + std::to_string(threads) + " threads joining " +
+                    (held ? "after the call" : std::to_string(delays[when].count()) + " us late") +
+                    " differ from one thread");
+        }
       }
     }
   }
@@ -246,6 +303,7 @@ void TestIsaCopiesAgree() {
 template <typename T>
 void RunAllCases() {
   TestIsaCopiesAgree<T>();
+  TestLateThreadsAgree<T>();
   uint32_t seed = 1;
   for (const Case& k : TestCases()) RunCase<T>(k, seed++);
   for (const Shape& s : EmptyShapes()) {

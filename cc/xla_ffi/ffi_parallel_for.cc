@@ -1,68 +1,16 @@
 #include "cc/xla_ffi/ffi_parallel_for.h"
 
-#include <algorithm>
-#include <atomic>
-#include <thread>
+#include <utility>
+
+#include "cc/core/pool_parallel_for.h"
 
 namespace fbn {
 namespace xla_ffi {
-namespace {
-
-// Shared by the caller and its pool tasks. A task the pool starts after the last unit was taken
-// finds the counter past the end and returns at once, without touching `fn` (which by then may
-// be gone), so the state lives as long as its last holder. Counted by hand rather than by a
-// shared_ptr: libstdc++'s shared_ptr reads glibc 2.32's __libc_single_threaded, which would
-// raise the library's glibc floor above TensorFlow's wheels' (build_support/glibc_floor.py).
-struct SharedUnits {
-  SharedUnits(int64_t count, const RangeFn* fn, int64_t holders)
-      : count(count), fn(fn), holders(holders) {}
-
-  void Release() {
-    if (holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
-
-  void Work() {
-    for (int64_t u = next++; u < count; u = next++) {
-      (*fn)(u, u + 1);
-      finished.fetch_add(1, std::memory_order_release);
-    }
-  }
-
-  // Once the caller's own Work() returns, only units other threads took are left: a unit at
-  // most per thread, each a few microseconds to a millisecond. Yielding rather than a condition
-  // variable, whose wait g++ 12 binds to GLIBCXX_3.4.30, beyond TensorFlow's wheels' libstdc++.
-  void WaitForAll() const {
-    while (finished.load(std::memory_order_acquire) != count) std::this_thread::yield();
-  }
-
-  const int64_t count;
-  const RangeFn* const fn;
-  std::atomic<int64_t> next{0};
-  std::atomic<int64_t> finished{0};
-  std::atomic<int64_t> holders;
-};
-
-}  // namespace
 
 ParallelFor FfiParallelFor(::xla::ffi::ThreadPool pool) {
-  return [pool](int64_t count, int64_t /*cost_per_unit*/, const RangeFn& fn) mutable {
-    const int64_t workers = std::min<int64_t>(pool.num_threads(), count);
-    if (workers <= 1) {
-      fn(0, count);
-      return;
-    }
-    // The caller and workers - 1 tasks hold it.
-    auto* units = new SharedUnits(count, &fn, workers);
-    for (int64_t w = 1; w < workers; ++w) {
-      pool.Schedule([units] {
-        units->Work();
-        units->Release();
-      });
-    }
-    units->Work();
-    units->WaitForAll();
-    units->Release();
-  };
+  return PoolParallelFor(pool.num_threads(), [pool](std::function<void()> task) mutable {
+    pool.Schedule(std::move(task));
+  });
 }
 
 }  // namespace xla_ffi

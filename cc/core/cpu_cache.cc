@@ -1,0 +1,50 @@
+#include "cc/core/cpu_cache.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace fbn {
+namespace {
+
+// /sys/devices/system/cpu/cpu0/cache/index<i>/size holds for example "32768K"; 0 if absent.
+int64_t SysfsCacheBytes(int index) {
+  const std::string path =
+      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return 0;
+  long long amount = 0;
+  char unit = 0;
+  const int read = std::fscanf(file, "%lld%c", &amount, &unit);
+  std::fclose(file);
+  if (read < 1 || amount <= 0) return 0;
+  if (unit == 'K') return amount << 10;
+  if (unit == 'M') return amount << 20;
+  if (unit == 'G') return amount << 30;
+  return amount;
+}
+
+int64_t DetectLastLevelCacheBytes() {
+  int64_t largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    const int64_t bytes = SysfsCacheBytes(index);
+    if (bytes > largest) largest = bytes;
+  }
+#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(name);
+    if (bytes > largest) largest = bytes;
+  }
+#endif
+  return largest > 0 ? largest : kUnknownCacheBytes;
+}
+
+}  // namespace
+
+int64_t LastLevelCacheBytes() {
+  static const int64_t bytes = DetectLastLevelCacheBytes();
+  return bytes;
+}
+
+}  // namespace fbn
