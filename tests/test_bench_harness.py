@@ -39,7 +39,9 @@ def test_model_bytes_follow_the_pass_model() -> None:
 
 def test_case_list_is_the_full_benchmark() -> None:
     cases = all_cases()
-    assert len(cases) == len({c.name for c in cases}) == 6 * 4 + 4 + 2 * 2 * 4
+    assert len(cases) == len({c.name for c in cases}) == 6 * 4 + 4 + 5 * 2 + 2 * 2 * 4
+    cache_resident = select(cases, "32x7x7x1024")
+    assert {(c.layout, c.training) for c in cache_resident} == {("NHWC", True), ("NHWC", False)}
     assert [c.name for c in select(cases, TINY)] == ["1x8x8x32-NHWC-train-float32"]
     assert {c.layout for c in select(cases, "4x16x32x32x32")} == {"NDHWC", "NCDHW"}
     assert _case((4, 16, 32, 32, 32), "NCDHW").physical_shape == (4, 32, 16, 32, 32)

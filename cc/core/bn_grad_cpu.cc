@@ -73,7 +73,7 @@ int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 // Per-call scratch, reused across calls on the same calling thread so that a call does not
 // page-fault a fresh allocation. One buffer per (type, slot).
-enum ScratchSlot { kPartialsSlot, kInvStdSlot, kChannelSlot, kColumnSlot };
+enum ScratchSlot { kPartialsSlot, kInvStdSlot, kChannelSlot, kColumnSlot, kSumsSlot };
 template <typename E, ScratchSlot kSlot>
 E* CallScratch(size_t size) {
   thread_local std::vector<E> scratch;
@@ -81,34 +81,46 @@ E* CallScratch(size_t size) {
   return scratch.data();
 }
 
-// Blocks of `length` items for one channel's worth of work: about `per_block` items each (a
-// multiple of `align`), at most kMaxBlocks of them.
-struct Blocks {
+// [0, length) cut into pieces of `size` items (`align` divides every piece but the last).
+// Tapered, about the last quarter of the items go in pieces a quarter that size: threads that
+// take pieces one at a time then finish within a small piece of each other, where equal pieces
+// could leave one thread idle for most of a piece at the end (13 pieces on 2 threads: 7 % of
+// the call).
+struct Pieces {
   int64_t length = 0;
-  int64_t size = 0;  // items per block
+  int64_t size = 1;   // items per piece (the tapered tail's are smaller)
   int64_t count = 0;
+  int64_t large = 0;  // pieces of `size` items, before the tail
+  int64_t small = 1;  // items per piece of the tail
 
-  Blocks() = default;
-  Blocks(int64_t total, int64_t per_block, int64_t align) : length(total) {
-    const int64_t wanted = std::clamp<int64_t>(CeilDiv(total, per_block), 1, kMaxBlocks);
-    size = RoundUp(CeilDiv(total, wanted), align);
-    count = CeilDiv(total, size);
+  Pieces() = default;
+  Pieces(int64_t total, int64_t per_piece, int64_t align, bool taper)
+      : length(total), size(per_piece), count(CeilDiv(total, per_piece)), large(count),
+        small(per_piece) {
+    if (!taper || count < 4) return;
+    large = count - CeilDiv(count, 4);
+    small = std::max(align, RoundUp(size / 4, align));
+    count = large + CeilDiv(total - large * size, small);
   }
-  int64_t begin(int64_t b) const { return b * size; }
-  int64_t end(int64_t b) const { return std::min(length, (b + 1) * size); }
+  int64_t begin(int64_t p) const {
+    return p < large ? p * size : large * size + (p - large) * small;
+  }
+  int64_t end(int64_t p) const {
+    return std::min(length, begin(p) + (p < large ? size : small));
+  }
 };
+
+// Blocks of `total` items for one channel's worth of work: about `per_block` items each (a
+// multiple of `align`), at most kMaxBlocks of them before any taper.
+Pieces Blocks(int64_t total, int64_t per_block, int64_t align, bool taper = false) {
+  const int64_t wanted = std::clamp<int64_t>(CeilDiv(total, per_block), 1, kMaxBlocks);
+  return Pieces(total, RoundUp(CeilDiv(total, wanted), align), align, taper);
+}
 
 // Groups of `per_group` consecutive channels.
-struct Groups {
-  int64_t channels = 0;
-  int64_t size = 1;
-  int64_t count = 0;
-
-  Groups() = default;
-  Groups(int64_t c, int64_t per_group) : channels(c), size(per_group), count(CeilDiv(c, size)) {}
-  int64_t begin(int64_t g) const { return g * size; }
-  int64_t end(int64_t g) const { return std::min(channels, (g + 1) * size); }
-};
+Pieces Groups(int64_t channels, int64_t per_group) {
+  return Pieces(channels, per_group, 1, /*taper=*/false);
+}
 
 // Calls fn(offset, length) for each contiguous run of channel c's elements [begin, end),
 // counted in (n, spatial) order, in a channels-first tensor.
@@ -269,19 +281,31 @@ struct Partials {
 };
 
 // Finishes every channel from the partials of `blocks` blocks, adding them in block order; with
-// rows folded k to one, channel c's entries are c, c + C, ..., c + (k - 1) * C of each block.
+// rows folded k to one, channel c's entries are c, c + C, ..., c + (k - 1) * C of each block,
+// added in that order once the blocks are. Column by column in memory order, so the compiler
+// vectorizes the additions.
 template <typename T, typename F>
 void FinishFromPartials(const Call<T, F>& call, const Partials& partials, int64_t blocks) {
-  const int64_t C = call.s.channels;
-  for (int64_t c = 0; c < C; ++c) {
-    double sum_dy = 0.0, sum_dy_xc = 0.0;
-    for (int64_t b = 0; b < blocks; ++b) {
-      for (int64_t j = c; j < partials.width; j += C) {
-        sum_dy += partials.sum_dy(b)[j];
-        sum_dy_xc += partials.sum_dy_xc(b)[j];
-      }
+  const int64_t C = call.s.channels, width = partials.width;
+  double* sums = CallScratch<double, kSumsSlot>(2 * width);
+  double* __restrict sum_dy = sums;
+  double* __restrict sum_dy_xc = sums + width;
+  std::fill(sums, sums + 2 * width, 0.0);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const double* __restrict block_dy = partials.sum_dy(b);
+    const double* __restrict block_dy_xc = partials.sum_dy_xc(b);
+    for (int64_t j = 0; j < width; ++j) {
+      sum_dy[j] += block_dy[j];
+      sum_dy_xc[j] += block_dy_xc[j];
     }
-    call.Finish(c, sum_dy, sum_dy_xc);
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    double dy = sum_dy[c], dy_xc = sum_dy_xc[c];
+    for (int64_t j = c + C; j < width; j += C) {
+      dy += sum_dy[j];
+      dy_xc += sum_dy_xc[j];
+    }
+    call.Finish(c, dy, dy_xc);
   }
 }
 
@@ -295,8 +319,10 @@ void RunRows(const Call<T, float>& call) {
   const int64_t fold = C < kMinRowWidth ? CeilDiv(kMinRowWidth, C) : 1;
   const int64_t columns = fold * C;  // of a folded row
   // Blocks of whole folded rows.
-  const int64_t unit = columns > kMaxDownRowsWidth ? kStripedUnitElements : kUnitElements;
-  const Blocks blocks(call.s.rest(), std::max(kMinBlockRows, unit / C), fold);
+  const int64_t unit =
+      columns > kMaxDownRowsWidth && call.training ? kStripedUnitElements : kUnitElements;
+  const Pieces blocks =
+      Blocks(call.s.rest(), std::max(kMinBlockRows, unit / C), fold, /*taper=*/true);
   float* column_data = CallScratch<float, kColumnSlot>(4 * columns);
   const Columns<float> k{column_data, column_data + columns, column_data + 2 * columns,
                          column_data + 3 * columns};
@@ -354,9 +380,10 @@ void RunPlanes(const Call<T, float>& call) {
   const CpuLoops<T>& loops = call.loops;
   const int64_t N = call.s.batch, C = call.s.channels, S = call.s.spatial;
   const int64_t stride = C * S;
-  const Groups groups(C, std::clamp<int64_t>(kMaxUnitColumns / S, 1, C));
+  const Pieces groups = Groups(C, std::clamp<int64_t>(kMaxUnitColumns / S, 1, C));
   const bool fused = N * groups.size * S * 2 * static_cast<int64_t>(sizeof(T)) <= kFusedUnitBytes;
-  const Blocks blocks(N, fused ? N : std::max<int64_t>(1, kUnitElements / (groups.size * S)), 1);
+  const Pieces blocks =
+      Blocks(N, fused ? N : std::max<int64_t>(1, kUnitElements / (groups.size * S)), 1);
   const Partials partials{fused ? nullptr
                                 : CallScratch<double, kPartialsSlot>(blocks.count * 2 * C),
                           C};
@@ -460,7 +487,7 @@ void RunRuns(const Call<T, float>& call) {
     // x_backprop while they are in the cache.
     int64_t group = std::clamp<int64_t>(kFusedUnitBytes / channel_bytes, 1, kMaxGroupChannels);
     group = std::min(group, std::max<int64_t>(1, C / kMinGroupUnits));
-    const Groups groups(C, group);
+    const Pieces groups = Groups(C, group);
     call.RunUnits(groups.count, group * R, [&](int64_t g) {
       const int64_t c0 = groups.begin(g), c1 = groups.end(g);
       double sums[2][kMaxGroupChannels] = {};
@@ -480,7 +507,7 @@ void RunRuns(const Call<T, float>& call) {
 
   // Channels too large for the cache: blocks of each channel, two sweeps. Unit u is block
   // u % blocks.count of channel u / blocks.count.
-  const Blocks blocks(R, kUnitElements, 1);
+  const Pieces blocks = Blocks(R, kUnitElements, 1);
   const Partials partials{CallScratch<double, kPartialsSlot>(blocks.count * 2 * C), C};
   const int64_t units = C * blocks.count;
   auto sums = [&](int64_t u) {
@@ -510,7 +537,7 @@ template <typename T>
 void RunExactRows(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, R = call.s.rest();
-  const Groups groups(C, std::clamp<int64_t>(RoundUp(CeilDiv(kUnitElements, R), 16), 16,
+  const Pieces groups = Groups(C, std::clamp<int64_t>(RoundUp(CeilDiv(kUnitElements, R), 16), 16,
                                              kMaxUnitColumns));
   call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     const int64_t c0 = groups.begin(g), width = groups.end(g) - c0;
@@ -533,7 +560,7 @@ template <typename T>
 void RunExactRuns(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, S = call.s.spatial, R = call.s.rest();
-  const Groups groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
+  const Pieces groups = Groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
   call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     for (int64_t c = groups.begin(g); c < groups.end(g); ++c) {
       CompensatedSum sum_dy, sum_dy_xc;

@@ -20,6 +20,16 @@ SHAPES_4D: tuple[tuple[int, ...], ...] = (
     (1, 8, 8, 32),
 )
 SHAPES_5D: tuple[tuple[int, ...], ...] = ((4, 16, 32, 32, 32),)
+# The late stages of ResNet-style networks in channels-last layout: 256-2048 channels, 4-16 MB
+# tensors that the convolution before them has just written and that a server's L2 + L3 holds.
+# Channels-last only: that is where TensorFlow's default (oneDNN) kernel competes.
+CACHE_RESIDENT_SHAPES: tuple[tuple[int, ...], ...] = (
+    (16, 14, 14, 512),
+    (32, 14, 14, 512),
+    (32, 7, 7, 1024),
+    (64, 7, 7, 1024),
+    (16, 7, 7, 2048),
+)
 # The 2-byte dtypes are timed on the two DRAM-bound shapes only, to keep the run short.
 LOW_PRECISION_SHAPES: tuple[tuple[int, ...], ...] = ((32, 56, 56, 64), (32, 28, 28, 128))
 LOW_PRECISION_DTYPES: tuple[str, ...] = ("bfloat16", "float16")
@@ -123,6 +133,9 @@ def all_cases() -> list[Case]:
     cases: list[Case] = []
     for shape in SHAPES_4D + SHAPES_5D:
         cases += _variants(shape, ("float32",))
+    for shape in CACHE_RESIDENT_SHAPES:
+        cases += [Case(shape, LAYOUTS[len(shape)][0], training, "float32")
+                  for training in (True, False)]
     for shape in LOW_PRECISION_SHAPES:
         cases += _variants(shape, LOW_PRECISION_DTYPES)
     return cases
