@@ -39,6 +39,8 @@ JAX_PACKAGE ?= jax==0.8.1
 # matplotlib draws results.png.
 BENCH_PACKAGES ?= torch==2.13.0 matplotlib
 BENCH_ARGS ?=
+# Options of build/core_bench (make core-bench), e.g. CORE_BENCH_ARGS="--loops".
+CORE_BENCH_ARGS ?=
 # pytest worker processes for `make test` (pytest-xdist): the suite is mostly single-threaded
 # Python and fresh interpreters, so two workers halve its time on two cores. Each worker imports
 # TensorFlow (about 1 GB): raise it only with the memory to match.
@@ -103,12 +105,17 @@ $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_test.cc -o $@
 
-# Time per call of the CPU core alone (no TensorFlow), 1 and 2 threads; not a test.
-core-bench: $(CC_FILES) benchmarks/core_bench.cc
+# The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
+# (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
+# each inner loop by cache level); not a test. The streaming loops are compiled as the harness
+# compiles them (-march=native), the core as the library does.
+core-bench: $(CC_FILES) $(wildcard benchmarks/core_bench/*)
 	mkdir -p build
-	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG cc/core/*.cc benchmarks/core_bench.cc \
-	    -o build/core_bench
-	./build/core_bench
+	$(CXX) -O3 -march=native -fopenmp-simd -c benchmarks/core_bench/stream_loops.cc \
+	    -o build/core_bench_stream_loops.o
+	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG cc/core/*.cc benchmarks/core_bench/core_bench.cc \
+	    build/core_bench_stream_loops.o -o build/core_bench
+	./build/core_bench $(CORE_BENCH_ARGS)
 
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)

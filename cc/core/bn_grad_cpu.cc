@@ -59,6 +59,9 @@ constexpr int64_t kShortPlane = 16;
 constexpr int64_t kMaxUnitColumns = 1024;
 // Channels-last rows are folded to at least this many columns.
 constexpr int64_t kMinRowWidth = 64;
+// Exact rows blocks have at least this many rows, so that their partial sums (four doubles
+// per column) stay small next to the block's own data.
+constexpr int64_t kExactMinBlockRows = 128;
 // Channels per runs unit: at most this many, and few enough to make at least kMinGroupUnits
 // units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
@@ -533,27 +536,55 @@ void RunRuns(const Call<T, float>& call) {
 
 // ---- exact family: channels of fewer than kFastPathRest elements, whole channels per unit.
 
+// Channels last: blocks of whole rows, read in memory order; per block each column's
+// compensated sums (CompensatedColumns), combined per channel in block order between the sweeps;
+// then x_backprop by blocks, in reverse. Inference writes x_backprop right after the block's
+// sums, from rows still in the cache.
 template <typename T>
 void RunExactRows(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, R = call.s.rest();
-  const Pieces groups = Groups(C, std::clamp<int64_t>(RoundUp(CeilDiv(kUnitElements, R), 16), 16,
-                                             kMaxUnitColumns));
-  call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
-    const int64_t c0 = groups.begin(g), width = groups.end(g) - c0;
-    double sums[4][kMaxUnitColumns];
-    for (auto& column_sums : sums) std::fill(column_sums, column_sums + width, 0.0);
-    const CompensatedColumns columns{sums[0], sums[1], sums[2], sums[3]};
-    call.loops.exact_sum_rows(t.y_backprop + c0, t.x + c0, C, R, width, call.mean + c0,
-                              columns);
-    for (int64_t j = 0; j < width; ++j) {
-      call.Finish(c0 + j, sums[0][j] + sums[1][j], sums[2][j] + sums[3][j]);
+  const int64_t width = RoundUp(C, 16);  // of each partial array (whole vectors)
+  const Pieces blocks =
+      Blocks(R, std::max(kExactMinBlockRows, kUnitElements / C), 1, /*taper=*/true);
+  double* partials = CallScratch<double, kPartialsSlot>(blocks.count * 4 * width);
+  auto columns_of = [&](int64_t b) {
+    double* p = partials + b * 4 * width;
+    return CompensatedColumns{p, p + width, p + 2 * width, p + 3 * width};
+  };
+  const DxCoefficients<double> k{call.mean, call.scale_inv_std,
+                                 call.training ? call.dy_mean : nullptr, call.xc_coef};
+  auto dx = [&](int64_t b) {
+    const int64_t r0 = blocks.begin(b);
+    call.loops.exact_dx_rows(t.y_backprop + r0 * C, t.x + r0 * C, t.x_backprop + r0 * C, C,
+                             blocks.end(b) - r0, C, k);
+  };
+  auto sums = [&](int64_t b) {
+    const CompensatedColumns columns = columns_of(b);
+    std::fill(columns.dy, columns.dy + 4 * width, 0.0);
+    const int64_t r0 = blocks.begin(b);
+    call.loops.exact_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, blocks.end(b) - r0, C,
+                              call.mean, columns);
+    if (!call.training) dx(b);
+  };
+  auto finish = [&] {
+    for (int64_t c = 0; c < C; ++c) {
+      CompensatedSum sum_dy, sum_dy_xc;
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        const CompensatedColumns columns = columns_of(b);
+        sum_dy.Add(columns.dy[c]);
+        sum_dy.error += columns.dy_error[c];
+        sum_dy_xc.Add(columns.dy_xc[c]);
+        sum_dy_xc.error += columns.dy_xc_error[c];
+      }
+      call.Finish(c, sum_dy.Value(), sum_dy_xc.Value());
     }
-    const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
-                                   call.training ? call.dy_mean + c0 : nullptr,
-                                   call.xc_coef + c0};
-    call.loops.exact_dx_rows(t.y_backprop + c0, t.x + c0, t.x_backprop + c0, C, R, width, k);
-  });
+  };
+  if (!call.training) {
+    call.RunUnits(blocks.count, blocks.size * C, sums);
+    return finish();
+  }
+  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
 template <typename T>

@@ -113,6 +113,8 @@ struct CpuLoops {
                            const DxCoefficients<float>& k, bool stream_dx);
 
   // ---- Exact family (double arithmetic, compensated sums).
+  // sums[j] += Σ_r dy[r][j] (and dy · (x − mean)), compensated, rows in order; each array of
+  // `sums` holds RoundUp(width, kLanes) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const CompensatedColumns& sums);
   // `count` runs of one channel, run k at element k * stride: element i of a run summed in lane

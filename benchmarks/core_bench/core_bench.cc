@@ -1,0 +1,310 @@
+// The CPU core alone (no TensorFlow), timed against the streaming kernel of the benchmark
+// harness on the same spinning threads, interleaved round by round in one process; and, with
+// --loops, each inner loop's time per element where its data sits in L1, L2, L3 or DRAM. Not a
+// test: it is how the core's schedules and loops are measured (docs/performance.md).
+//
+//   make core-bench                                   # every harness shape, both layouts
+//   build/core_bench --threads 2 --layouts L 32x7x7x1024
+//   build/core_bench --isa avx2 --stores both 32x14x14x256
+//   build/core_bench --loops
+//
+// Options: --isa avx512|avx2|baseline (default: this CPU's), --threads 1,2 (default), --rounds
+// N (7), --layouts LF (L: channels last, F: channels first), --modes TI (training, inference),
+// --stores auto|both (both: also x_backprop always and never streamed). Shapes are written
+// channels-last (NxHxWxC or NxDxHxWxC).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "benchmarks/core_bench/spin_pool.h"
+#include "cc/core/bn_grad.h"
+#include "cc/core/cpu_cache.h"
+#include "cc/core/cpu_loops.h"
+
+extern "C" float fbn_stream_dot(const float* x, const float* dy, int64_t begin, int64_t end);
+extern "C" void fbn_stream_axpby(const float* x, const float* dy, float* dx, int64_t begin,
+                                 int64_t end, float a, float b);
+
+namespace fbn {
+namespace bench {
+namespace {
+
+double NowUs() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Median over `rounds` of each round's median per-call time, every function timed in every
+// round in turn; ~15 ms of calls per function and round.
+std::vector<double> TimeInterleaved(const std::vector<std::function<void()>>& fns, int rounds) {
+  double start = NowUs();
+  fns[0]();
+  const int calls = std::max(3, static_cast<int>(15000 / std::max(1.0, NowUs() - start)));
+  std::vector<std::vector<double>> medians(fns.size());
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t f = 0; f < fns.size(); ++f) {
+      fns[f]();  // untimed: whatever the previous function left in the caches
+      std::vector<double> times;
+      for (int c = 0; c < calls; ++c) {
+        start = NowUs();
+        fns[f]();
+        times.push_back(NowUs() - start);
+      }
+      std::nth_element(times.begin(), times.begin() + calls / 2, times.end());
+      medians[f].push_back(times[calls / 2]);
+    }
+  }
+  std::vector<double> result;
+  for (auto& m : medians) {
+    std::nth_element(m.begin(), m.begin() + rounds / 2, m.end());
+    result.push_back(m[rounds / 2]);
+  }
+  return result;
+}
+
+// The streaming kernel: training reads x and dy, then reads them again and writes dx; each
+// thread keeps its half in both sweeps, as OpenMP's static schedule does.
+void Stream(SpinPool* pool, const float* x, const float* dy, float* dx, int64_t n,
+            bool training) {
+  const int threads = pool->threads();
+  auto part = [&](int t, int64_t* begin, int64_t* end) {
+    *begin = n * t / threads;
+    *end = n * (t + 1) / threads;
+  };
+  float a = 0.25f;
+  if (training) {
+    std::vector<float> dots(threads);
+    pool->Run([&](int t) {
+      int64_t begin, end;
+      part(t, &begin, &end);
+      dots[t] = fbn_stream_dot(x, dy, begin, end);
+    });
+    for (float d : dots) a += d / static_cast<float>(n);
+  }
+  pool->Run([&](int t) {
+    int64_t begin, end;
+    part(t, &begin, &end);
+    fbn_stream_axpby(x, dy, dx, begin, end, a, 0.5f);
+  });
+}
+
+struct Options {
+  CpuIsa isa = DetectedCpuIsa();
+  std::vector<int> threads = {1, 2};
+  int rounds = 7;
+  std::string layouts = "LF", modes = "TI";
+  bool both_stores = false;
+  bool loops = false;
+  std::vector<std::vector<int64_t>> shapes;
+};
+
+std::vector<int64_t> Split(const std::string& text, char separator) {
+  std::vector<int64_t> values;
+  for (size_t at = 0; at <= text.size();) {
+    size_t next = text.find(separator, at);
+    if (next == std::string::npos) next = text.size();
+    values.push_back(std::atoll(text.substr(at, next - at).c_str()));
+    at = next + 1;
+  }
+  return values;
+}
+
+Options Parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : "";
+    if (arg == "--loops") {
+      o.loops = true;
+    } else if (arg == "--isa") {
+      for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (std::strcmp(value, CpuIsaName(isa)) == 0) o.isa = isa;
+      }
+      ++i;
+    } else if (arg == "--threads") {
+      o.threads.clear();
+      for (int64_t t : Split(value, ',')) o.threads.push_back(static_cast<int>(t));
+      ++i;
+    } else if (arg == "--rounds") {
+      o.rounds = std::max(1, std::atoi(value));
+      ++i;
+    } else if (arg == "--layouts") {
+      o.layouts = value;
+      ++i;
+    } else if (arg == "--modes") {
+      o.modes = value;
+      ++i;
+    } else if (arg == "--stores") {
+      o.both_stores = std::strcmp(value, "both") == 0;
+      ++i;
+    } else {
+      o.shapes.push_back(Split(arg, 'x'));
+    }
+  }
+  if (o.shapes.empty()) {
+    o.shapes = {{32, 56, 56, 64},  {32, 28, 28, 128},   {32, 14, 14, 256}, {32, 7, 7, 2048},
+                {8, 112, 112, 64}, {4, 16, 32, 32, 32}, {16, 14, 14, 512}, {32, 14, 14, 512},
+                {32, 7, 7, 1024},  {64, 7, 7, 1024},    {16, 7, 7, 2048}};
+  }
+  return o;
+}
+
+void TimeCalls(const Options& o) {
+  std::printf("isa %s, last-level cache %lld MiB\n", CpuIsaName(o.isa),
+              static_cast<long long>(LastLevelCacheBytes() >> 20));
+  std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s\n", "shape", "fmt", "mode", "thr", "core us",
+              "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "");
+  const CpuLoops<float>& loops = LoopsFor<float>(o.isa);
+  for (const auto& dims : o.shapes) {
+    int64_t spatial = 1;
+    for (size_t d = 1; d + 1 < dims.size(); ++d) spatial *= dims[d];
+    for (char layout : o.layouts) {
+      for (char mode : o.modes) {
+        const Shape shape{dims[0], dims.back(), spatial, layout == 'L'};
+        const int64_t n = shape.elements(), C = shape.channels;
+        std::vector<float> dy(n), x(n), dx(n), scale(C), mean(C), variance(C), ds(C), doff(C);
+        for (int64_t i = 0; i < n; ++i) {
+          dy[i] = static_cast<float>(i * 7919 % 97) * 0.01f - 0.4f;
+          x[i] = static_cast<float>(i * 104729 % 89) * 0.02f;
+        }
+        for (int64_t c = 0; c < C; ++c) {
+          scale[c] = 1.0f + static_cast<float>(c % 3);
+          mean[c] = 0.9f;
+          variance[c] = 0.7f;
+        }
+        Params p;
+        p.shape = shape;
+        p.is_training = mode == 'T';
+        const Tensors<float> t{dy.data(),       x.data(),  scale.data(), mean.data(),
+                               variance.data(), dx.data(), ds.data(),    doff.data()};
+        for (int threads : o.threads) {
+          SpinPool pool(threads);
+          const ParallelFor parallel_for = pool.AsParallelFor();
+          auto core = [&](int64_t streaming_footprint) {
+            return [&, streaming_footprint] {
+              BatchNormGradCpuWithLoops(p, t, parallel_for, loops, streaming_footprint);
+            };
+          };
+          std::vector<std::function<void()>> fns = {
+              core(LastLevelCacheBytes()),
+              [&] { Stream(&pool, x.data(), dy.data(), dx.data(), n, p.is_training); }};
+          if (o.both_stores) {
+            fns.push_back(core(0));
+            fns.push_back(core(std::numeric_limits<int64_t>::max()));
+          }
+          const std::vector<double> us = TimeInterleaved(fns, o.rounds);
+          std::string name;
+          for (int64_t d : dims) name += (name.empty() ? "" : "x") + std::to_string(d);
+          std::printf("%-16s %-4s %-5s %3d %10.1f %10.1f %6.0f%%", name.c_str(),
+                      layout == 'L' ? "last" : "first", mode == 'T' ? "train" : "infer",
+                      threads, us[0], us[1], 100.0 * us[1] / us[0]);
+          if (o.both_stores) std::printf("  %11.1f %9.1f", us[2], us[3]);
+          std::printf("\n");
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+}
+
+// Nanoseconds per element of one loop over `elements` elements per tensor (best of five medians).
+template <typename Fn>
+double NsPerElement(int64_t elements, const Fn& fn) {
+  const int calls = static_cast<int>(std::max<int64_t>(3, (int64_t{1} << 26) / elements));
+  std::vector<double> ns;
+  for (int r = 0; r < 5; ++r) {
+    const double start = NowUs();
+    for (int c = 0; c < calls; ++c) fn();
+    ns.push_back((NowUs() - start) * 1e3 / calls / static_cast<double>(elements));
+  }
+  std::sort(ns.begin(), ns.end());
+  return ns[2];
+}
+
+// Each loop one thread, its window the whole tensor, at tensor sizes that sit in L1, L2, the
+// last-level cache and DRAM on the development machines: where the loops' arithmetic shows
+// (small sizes) and where memory hides it.
+void TimeLoops(const Options& o) {
+  const int64_t sizes[] = {int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 23};
+  std::printf("ns per element, one thread, isa %s; tensor sizes", CpuIsaName(o.isa));
+  for (int64_t s : sizes) std::printf(" %lld KiB", static_cast<long long>(s * 4 >> 10));
+  std::printf("\n");
+  const CpuLoops<float>& L = LoopsFor<float>(o.isa);
+  const int64_t max_columns = 4096;
+  std::vector<float> k(4 * max_columns, 0.5f);
+  std::vector<double> sums(2 * max_columns);
+  const DxCoefficients<float> coefficients{k.data(), k.data() + max_columns,
+                                           k.data() + 2 * max_columns, k.data() + 3 * max_columns};
+  auto row = [&](const std::string& name, const std::function<double(int64_t)>& time) {
+    std::printf("%-26s", name.c_str());
+    for (int64_t s : sizes) std::printf(" %8.3f", time(s));
+    std::printf("\n");
+    std::fflush(stdout);
+  };
+  std::vector<float> dy(sizes[3], 0.1f), x(sizes[3], 0.2f), dx(sizes[3]);
+  for (int64_t width : {64, 128, 256, 1024, 2048}) {
+    const std::string w = " width " + std::to_string(width);
+    row("rows sums" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        L.sum_rows(dy.data(), x.data(), width, n / width, width, k.data(), sums.data(),
+                   sums.data() + max_columns);
+      });
+    });
+    row("rows inference" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        L.sum_rows_inference(dy.data(), x.data(), dx.data(), width, n / width, width, k.data(),
+                             k.data(), sums.data(), sums.data() + max_columns, false);
+      });
+    });
+    row("rows training dx" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        L.training_dx_rows(dy.data(), x.data(), dx.data(), width, n / width, width, coefficients,
+                           false);
+      });
+    });
+  }
+  for (int64_t length : {49, 196, 3136}) {
+    const std::string l = " plane " + std::to_string(length);
+    auto channels = [length](int64_t n) { return std::min<int64_t>(n / length, 4096); };
+    row("runs sums" + l, [&](int64_t n) {
+      return NsPerElement(channels(n) * length, [&] {
+        L.sum_runs(dy.data(), x.data(), length, channels(n), 1, 0, k.data(), sums.data(),
+                   sums.data() + max_columns);
+      });
+    });
+    row("runs inference" + l, [&](int64_t n) {
+      return NsPerElement(channels(n) * length, [&] {
+        L.sum_runs_inference(dy.data(), x.data(), dx.data(), length, channels(n), k.data(),
+                             k.data(), sums.data(), sums.data() + max_columns, false);
+      });
+    });
+  }
+  row("stream: sum of x*dy", [&](int64_t n) {
+    volatile float keep = 0.0f;
+    return NsPerElement(n, [&] { keep = fbn_stream_dot(x.data(), dy.data(), 0, n); });
+  });
+  row("stream: dx = a*x + b*dy", [&](int64_t n) {
+    return NsPerElement(n, [&] { fbn_stream_axpby(x.data(), dy.data(), dx.data(), 0, n, 2, 3); });
+  });
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace fbn
+
+int main(int argc, char** argv) {
+  const fbn::bench::Options options = fbn::bench::Parse(argc, argv);
+  if (options.loops) {
+    fbn::bench::TimeLoops(options);
+  } else {
+    fbn::bench::TimeCalls(options);
+  }
+  return 0;
+}
