@@ -209,10 +209,6 @@ class Call {
     xc_coef[c] = static_cast<F>(inv_std_[c] * inv_std_[c] * (sum_dy_xc / rest));
   }
 
-  RunCoefficients<F> RunCoefficientsOf(int64_t c) const {
-    return {mean[c], scale_inv_std[c], dy_mean[c], xc_coef[c]};
-  }
-
   // Fills columns [0, count) of `columns` with the values of channel channel_of(j); the
   // training coefficients too if asked (they exist once the channels are finished).
   template <typename ChannelOf>
@@ -587,19 +583,26 @@ void RunExactRows(const Call<T, double>& call) {
   call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
+// Channels first: groups of whole channels, kExactRunChannels at a time read image by image.
 template <typename T>
 void RunExactRuns(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, S = call.s.spatial, R = call.s.rest();
   const Pieces groups = Groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
   call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
-    for (int64_t c = groups.begin(g); c < groups.end(g); ++c) {
-      CompensatedSum sum_dy, sum_dy_xc;
-      call.loops.exact_sum_runs(t.y_backprop + c * S, t.x + c * S, call.mean[c], S,
-                                call.s.batch, C * S, &sum_dy, &sum_dy_xc);
-      call.Finish(c, sum_dy.Value(), sum_dy_xc.Value());
-      call.loops.exact_dx_runs(t.y_backprop + c * S, t.x + c * S, t.x_backprop + c * S, S,
-                               call.s.batch, C * S, call.training, call.RunCoefficientsOf(c));
+    for (int64_t c0 = groups.begin(g); c0 < groups.end(g); c0 += kExactRunChannels) {
+      const int64_t channels = std::min(kExactRunChannels, groups.end(g) - c0);
+      CompensatedSum sum_dy[kExactRunChannels], sum_dy_xc[kExactRunChannels];
+      call.loops.exact_sum_runs(t.y_backprop + c0 * S, t.x + c0 * S, call.mean + c0, S,
+                                channels, call.s.batch, C * S, sum_dy, sum_dy_xc);
+      for (int64_t c = 0; c < channels; ++c) {
+        call.Finish(c0 + c, sum_dy[c].Value(), sum_dy_xc[c].Value());
+      }
+      const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
+                                     call.training ? call.dy_mean + c0 : nullptr,
+                                     call.xc_coef + c0};
+      call.loops.exact_dx_runs(t.y_backprop + c0 * S, t.x + c0 * S, t.x_backprop + c0 * S, S,
+                               channels, call.s.batch, C * S, k);
     }
   });
 }

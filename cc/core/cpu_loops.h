@@ -40,6 +40,8 @@ constexpr int64_t kFastGroup = 8;
 constexpr int64_t kMaxDownRowsWidth = 128;
 // Lanes of the run sums: element i of a run goes to lane i % kRunLanes in every copy.
 constexpr int kRunLanes = 16;
+// Channels per call of the exact run loops (their lanes are kept on the stack).
+constexpr int64_t kExactRunChannels = 32;
 
 // A double sum with a running error term (compensated summation with Knuth's TwoSum): the
 // result is within about 2^-53 of |sum| plus n·2^-106 · Σ|term| of the exact sum.
@@ -67,15 +69,6 @@ struct DxCoefficients {
   const F* scale_inv_std = nullptr;
   const F* dy_mean = nullptr;  // training only
   const F* xc_coef = nullptr;  // training only
-};
-
-// One channel's coefficients, for the exact runs.
-template <typename F>
-struct RunCoefficients {
-  F mean = 0;
-  F scale_inv_std = 0;
-  F dy_mean = 0;
-  F xc_coef = 0;
 };
 
 // One compiled copy of the loops for element type T. A rows window is `rows` rows of `width`
@@ -117,16 +110,19 @@ struct CpuLoops {
   // `sums` holds RoundUp(width, kLanes) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const CompensatedColumns& sums);
-  // `count` runs of one channel, run k at element k * stride: element i of a run summed in lane
-  // i % kRunLanes, the lanes then added as a tree (lane i + 8 into i, then i + 4, i + 2, i + 1)
-  // into *sum_dy and *sum_dy_xc.
-  void (*exact_sum_runs)(const T* dy, const T* x, double mean, int64_t length, int64_t count,
-                         int64_t stride, CompensatedSum* sum_dy, CompensatedSum* sum_dy_xc);
-  // x_backprop; inference where k.dy_mean is null.
+  // `count` runs of each of `channels` (at most kExactRunChannels) consecutive channels, run k
+  // of channel c at element c * length + k * stride: for each channel, element i of a run
+  // summed in lane i % kRunLanes, the lanes then added as a tree (lane i + 8 into i, then
+  // i + 4, i + 2, i + 1) into sum_dy[c] and sum_dy_xc[c].
+  void (*exact_sum_runs)(const T* dy, const T* x, const double* mean, int64_t length,
+                         int64_t channels, int64_t count, int64_t stride, CompensatedSum* sum_dy,
+                         CompensatedSum* sum_dy_xc);
+  // x_backprop; inference where k.dy_mean is null. The runs as exact_sum_runs's, coefficients
+  // per channel.
   void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                         int64_t width, const DxCoefficients<double>& k);
-  void (*exact_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
-                        int64_t stride, bool training, const RunCoefficients<double>& k);
+  void (*exact_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
+                        int64_t count, int64_t stride, const DxCoefficients<double>& k);
 };
 
 enum class CpuIsa { kBaseline, kAvx2, kAvx512 };

@@ -507,9 +507,12 @@ FBN_INLINE void AddLanesInto(const Doubles& sum, const Doubles& error, Compensat
   total->error += le[0];
 }
 
+// One channel's runs, as ExactSumRuns sums each channel, with AddCompensated throughout: for
+// channels whose sums are not finite.
 template <typename T>
-void ExactSumRuns(const T* dy, const T* x, double mean, int64_t length, int64_t count,
-                  int64_t stride, CompensatedSum* total_dy, CompensatedSum* total_dy_xc) {
+void ExactSumRunsOfOneChannel(const T* dy, const T* x, double mean, int64_t length,
+                              int64_t count, int64_t stride, CompensatedSum* total_dy,
+                              CompensatedSum* total_dy_xc) {
   Doubles sum_dy = {}, error_dy = {}, sum_dy_xc = {}, error_dy_xc = {};
   const Doubles m = BroadcastDoubles(mean);
   for (int64_t k = 0; k < count; ++k) {
@@ -536,6 +539,53 @@ FBN_INLINE void AddCompensatedFinite(Doubles* sum, Doubles* error, const Doubles
   const Doubles z = t - *sum;
   *error = *error + ((*sum - (t - z)) + (v - z));
   *sum = t;
+}
+
+// Runs of up to kExactRunChannels consecutive channels, image by image (memory order; a
+// channel's own runs lie a whole image apart), each channel's compensated lanes kept in L1
+// between its runs. Every channel's lanes see its elements in the order ExactSumRunsOfOneChannel
+// gives them, so the bits are those of summing channel by channel.
+template <typename T>
+void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
+                  int64_t channels, int64_t count, int64_t stride, CompensatedSum* sums_dy,
+                  CompensatedSum* sums_dy_xc) {
+  struct Lanes {
+    Doubles sum_dy, error_dy, sum_dy_xc, error_dy_xc;
+  };
+  Lanes lanes[kExactRunChannels] = {};
+  for (int64_t k = 0; k < count; ++k) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* d_run = dy + c * length + k * stride;
+      const T* x_run = x + c * length + k * stride;
+      const Doubles m = BroadcastDoubles(mean[c]);
+      Lanes l = lanes[c];
+      for (int64_t i = 0; i < length; i += kLanes) {
+        // Missing lanes of the last vector are zeros, which change no sum.
+        const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+        const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
+        AddCompensatedFinite(&l.sum_dy, &l.error_dy, d);
+        AddCompensatedFinite(&l.sum_dy_xc, &l.error_dy_xc,
+                             d * (ToDoubles(LoadUpTo(x_run + i, n)) - m));
+      }
+      lanes[c] = l;
+    }
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    bool finite = true;
+    for (int i = 0; i < kDoubleParts; ++i) {
+      for (int j = 0; j < kDoublePartLanes; ++j) {
+        finite = finite && std::isfinite(lanes[c].error_dy.part[i][j]) &&
+                 std::isfinite(lanes[c].error_dy_xc.part[i][j]);
+      }
+    }
+    if (!finite) {
+      ExactSumRunsOfOneChannel(dy + c * length, x + c * length, mean[c], length, count, stride,
+                               &sums_dy[c], &sums_dy_xc[c]);
+      continue;
+    }
+    AddLanesInto(lanes[c].sum_dy, lanes[c].error_dy, &sums_dy[c]);
+    AddLanesInto(lanes[c].sum_dy_xc, lanes[c].error_dy_xc, &sums_dy_xc[c]);
+  }
 }
 
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its compensated
@@ -632,19 +682,23 @@ void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
 }
 
 template <typename T>
-void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count, int64_t stride,
-                 bool training, const RunCoefficients<double>& k) {
-  const double a = k.scale_inv_std, m = k.mean, dm = k.dy_mean, b = k.xc_coef;
+void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
+                 int64_t count, int64_t stride, const DxCoefficients<double>& k) {
   for (int64_t r = 0; r < count; ++r) {
-    const T* d = dy + r * stride;  // may be dx's own buffer, as above
-    const T* __restrict v = x + r * stride;
-    T* out = dx + r * stride;
-    if (!training) {
-      for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
-      continue;
-    }
-    for (int64_t i = 0; i < length; ++i) {
-      out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t at = c * length + r * stride;
+      const T* d = dy + at;  // may be dx's own buffer, as above
+      const T* __restrict v = x + at;
+      T* out = dx + at;
+      const double a = k.scale_inv_std[c];
+      if (k.dy_mean == nullptr) {
+        for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
+        continue;
+      }
+      const double m = k.mean[c], dm = k.dy_mean[c], b = k.xc_coef[c];
+      for (int64_t i = 0; i < length; ++i) {
+        out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+      }
     }
   }
 }
