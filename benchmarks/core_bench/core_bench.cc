@@ -228,9 +228,9 @@ double NsPerElement(int64_t elements, const Fn& fn) {
   return ns[2];
 }
 
-// Each loop one thread, its window the whole tensor, at tensor sizes that sit in L1, L2, the
-// last-level cache and DRAM on the development machines: where the loops' arithmetic shows
-// (small sizes) and where memory hides it.
+// Each loop on one thread over windows the size of the kernel's blocks, at tensor sizes that
+// sit in L1, L2, the last-level cache and DRAM on the development machines: where the loops'
+// arithmetic shows (small sizes) and where memory hides it.
 void TimeLoops(const Options& o) {
   const int64_t sizes[] = {int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 23};
   std::printf("ns per element, one thread, isa %s; tensor sizes", CpuIsaName(o.isa));
@@ -251,22 +251,35 @@ void TimeLoops(const Options& o) {
   std::vector<float> dy(sizes[3], 0.1f), x(sizes[3], 0.2f), dx(sizes[3]);
   for (int64_t width : {64, 128, 256, 1024, 2048}) {
     const std::string w = " width " + std::to_string(width);
+    // Windows of about 32K elements and at least 128 rows, as the kernel's blocks.
+    const int64_t window = std::max<int64_t>(128, (int64_t{1} << 15) / width);
+    auto windows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+      const int64_t rows = n / width;
+      for (int64_t r = 0; r < rows; r += window) fn(r * width, std::min(window, rows - r));
+    };
     row("rows sums" + w, [&](int64_t n) {
       return NsPerElement(n, [&] {
-        L.sum_rows(dy.data(), x.data(), width, n / width, width, k.data(), sums.data(),
-                   sums.data() + max_columns);
+        windows(n, [&](int64_t at, int64_t rows) {
+          L.sum_rows(dy.data() + at, x.data() + at, width, rows, width, k.data(), sums.data(),
+                     sums.data() + max_columns);
+        });
       });
     });
     row("rows inference" + w, [&](int64_t n) {
       return NsPerElement(n, [&] {
-        L.sum_rows_inference(dy.data(), x.data(), dx.data(), width, n / width, width, k.data(),
-                             k.data(), sums.data(), sums.data() + max_columns, false);
+        windows(n, [&](int64_t at, int64_t rows) {
+          L.sum_rows_inference(dy.data() + at, x.data() + at, dx.data() + at, width, rows, width,
+                               k.data(), k.data(), sums.data(), sums.data() + max_columns,
+                               false);
+        });
       });
     });
     row("rows training dx" + w, [&](int64_t n) {
       return NsPerElement(n, [&] {
-        L.training_dx_rows(dy.data(), x.data(), dx.data(), width, n / width, width, coefficients,
-                           false);
+        windows(n, [&](int64_t at, int64_t rows) {
+          L.training_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows, width,
+                             coefficients, false);
+        });
       });
     });
   }
