@@ -5,8 +5,13 @@ rounds in one process. Prints the median step time of each and the ratio (above 
 faster).
 
     .venv/bin/python benchmarks/keras3_jit_real_models.py
+    .venv/bin/python benchmarks/keras3_jit_real_models.py --no-jit --threads 1
+
+--no-jit compiles the steps as plain tf.functions (TensorFlow's kernels, ours for the
+batch-norm backward); --threads sets the intra-op threads (default 2).
 """
 
+import argparse
 import time
 
 import keras
@@ -23,7 +28,7 @@ MODELS = {"MobileNetV2 96x96": lambda: keras.applications.MobileNetV2(
 ROUNDS, STEPS, WARMUP = 6, 3, 3
 
 
-def build(make, ours: bool):
+def build(make, ours: bool, jit: bool):
     """The model with Keras' batch norm or ours (keras.applications builds its layers from
     keras.src.layers, so that is where the class is swapped, for the build only)."""
     keras.utils.set_random_seed(0)
@@ -34,19 +39,24 @@ def build(make, ours: bool):
         model = make()
     finally:
         keras_layers.BatchNormalization = original
-    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=True,
+    model.compile(optimizer=keras.optimizers.SGD(0.01), jit_compile=jit,
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     return model
 
 
 def main() -> None:
-    tf.config.threading.set_intra_op_parallelism_threads(2)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-jit", dest="jit", action="store_false",
+                        help="plain tf.function steps instead of jit_compile=True")
+    parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
+    args = parser.parse_args()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     for name, make in MODELS.items():
         side = int(name.split()[-1].split("x")[0])
         rng = np.random.default_rng(0)
         x = rng.standard_normal((16, side, side, 3)).astype(np.float32)
         y = rng.integers(0, 10, 16)
-        models = {ours: build(make, ours) for ours in (False, True)}
+        models = {ours: build(make, ours, args.jit) for ours in (False, True)}
         swapped = sum(isinstance(layer, fbn_keras.BatchNormalization)
                       for layer in models[True].layers)
         for model in models.values():
@@ -60,7 +70,8 @@ def main() -> None:
                     model.train_on_batch(x, y)
                 times[ours].append((time.perf_counter() - start) / STEPS)
         theirs_ms, ours_ms = (float(np.median(times[k])) * 1e3 for k in (False, True))
-        print(f"{name}, batch 16, jit_compile=True: Keras' BatchNormalization {theirs_ms:.1f} ms, "
+        print(f"{name}, batch 16, jit_compile={args.jit}, {args.threads} thread(s): Keras' "
+              f"BatchNormalization {theirs_ms:.1f} ms, "
               f"tf_fbn_ops' ({swapped} layers) {ours_ms:.1f} ms: {theirs_ms / ours_ms:.2f}x")
 
 

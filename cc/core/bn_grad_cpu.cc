@@ -534,8 +534,7 @@ void RunRuns(const Call<T, float>& call) {
 
 // Channels last: blocks of whole rows, read in memory order; per block each column's
 // compensated sums (CompensatedColumns), combined per channel in block order between the sweeps;
-// then x_backprop by blocks, in reverse. Inference writes x_backprop right after the block's
-// sums, from rows still in the cache.
+// then x_backprop by blocks. Inference writes x_backprop as it sums.
 template <typename T>
 void RunExactRows(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
@@ -558,10 +557,15 @@ void RunExactRows(const Call<T, double>& call) {
   auto sums = [&](int64_t b) {
     const CompensatedColumns columns = columns_of(b);
     std::fill(columns.dy, columns.dy + 4 * width, 0.0);
-    const int64_t r0 = blocks.begin(b);
-    call.loops.exact_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, blocks.end(b) - r0, C,
-                              call.mean, columns);
-    if (!call.training) dx(b);
+    const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
+    if (call.training) {
+      call.loops.exact_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, rows, C, call.mean,
+                                columns);
+    } else {
+      call.loops.exact_sum_rows_inference(t.y_backprop + r0 * C, t.x + r0 * C,
+                                          t.x_backprop + r0 * C, C, rows, C, call.mean,
+                                          call.scale_inv_std, columns);
+    }
   };
   auto finish = [&] {
     for (int64_t c = 0; c < C; ++c) {

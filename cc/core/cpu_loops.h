@@ -110,6 +110,11 @@ struct CpuLoops {
   // `sums` holds RoundUp(width, kLanes) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const CompensatedColumns& sums);
+  // The same, and inference's x_backprop of the window: dx = dy · scale_inv_std, in double,
+  // rounded once.
+  void (*exact_sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                                   int64_t width, const double* mean,
+                                   const double* scale_inv_std, const CompensatedColumns& sums);
   // `count` runs of each of `channels` (at most kExactRunChannels) consecutive channels, run k
   // of channel c at element c * length + k * stride: for each channel, element i of a run
   // summed in lane i % kRunLanes, the lanes then added as a tree (lane i + 8 into i, then

@@ -507,33 +507,12 @@ FBN_INLINE void AddLanesInto(const Doubles& sum, const Doubles& error, Compensat
   total->error += le[0];
 }
 
-// One channel's runs, as ExactSumRuns sums each channel, with AddCompensated throughout: for
-// channels whose sums are not finite.
-template <typename T>
-void ExactSumRunsOfOneChannel(const T* dy, const T* x, double mean, int64_t length,
-                              int64_t count, int64_t stride, CompensatedSum* total_dy,
-                              CompensatedSum* total_dy_xc) {
-  Doubles sum_dy = {}, error_dy = {}, sum_dy_xc = {}, error_dy_xc = {};
-  const Doubles m = BroadcastDoubles(mean);
-  for (int64_t k = 0; k < count; ++k) {
-    const T* d_run = dy + k * stride;
-    const T* x_run = x + k * stride;
-    for (int64_t i = 0; i < length; i += kLanes) {
-      // Missing lanes of the last vector are zeros, which change no sum.
-      const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-      const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
-      AddCompensated(&sum_dy, &error_dy, d);
-      AddCompensated(&sum_dy_xc, &error_dy_xc, d * (ToDoubles(LoadUpTo(x_run + i, n)) - m));
-    }
-  }
-  AddLanesInto(sum_dy, error_dy, total_dy);
-  AddLanesInto(sum_dy_xc, error_dy_xc, total_dy_xc);
-}
-
-// AddCompensated for finite values only: once a sum or a term is infinite or NaN its error
-// term becomes NaN, so a caller checks the result and, where it is not finite, sums again with
-// AddCompensated (which propagates special values as a plain sum does). Three fewer operations
-// per addition, on the exact family's hottest line.
+// AddCompensated without its special-value mask: once the sum or a term is infinite or NaN the
+// error term becomes NaN where AddCompensated's would have stopped changing. The sum itself is
+// the same, and non-finite from then on (in double, sums of float data never overflow), so a
+// caller that zeroes the error of every non-finite sum (KeepSpecialSums) gets AddCompensated's
+// Value() exactly: a finite error added to an infinite or NaN sum changes nothing. Three fewer
+// operations per addition, on the exact family's hottest line.
 FBN_INLINE void AddCompensatedFinite(Doubles* sum, Doubles* error, const Doubles& v) {
   const Doubles t = *sum + v;
   const Doubles z = t - *sum;
@@ -541,10 +520,18 @@ FBN_INLINE void AddCompensatedFinite(Doubles* sum, Doubles* error, const Doubles
   *sum = t;
 }
 
+// Zeroes the error term of every non-finite sum (see AddCompensatedFinite).
+FBN_INLINE void KeepSpecialSums(const Doubles& sum, Doubles* error) {
+  for (int i = 0; i < kDoubleParts; ++i) {
+    const DoublePart finite = sum.part[i] - sum.part[i];  // 0 where finite, NaN elsewhere
+    error->part[i] = finite == 0.0 ? error->part[i] : DoublePart{};
+  }
+}
+
 // Runs of up to kExactRunChannels consecutive channels, image by image (memory order; a
 // channel's own runs lie a whole image apart), each channel's compensated lanes kept in L1
-// between its runs. Every channel's lanes see its elements in the order ExactSumRunsOfOneChannel
-// gives them, so the bits are those of summing channel by channel.
+// between its runs. Every channel's lanes see its elements in the order of summing channel by
+// channel, run after run, so the bits are those of that order.
 template <typename T>
 void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
                   int64_t channels, int64_t count, int64_t stride, CompensatedSum* sums_dy,
@@ -571,18 +558,8 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
     }
   }
   for (int64_t c = 0; c < channels; ++c) {
-    bool finite = true;
-    for (int i = 0; i < kDoubleParts; ++i) {
-      for (int j = 0; j < kDoublePartLanes; ++j) {
-        finite = finite && std::isfinite(lanes[c].error_dy.part[i][j]) &&
-                 std::isfinite(lanes[c].error_dy_xc.part[i][j]);
-      }
-    }
-    if (!finite) {
-      ExactSumRunsOfOneChannel(dy + c * length, x + c * length, mean[c], length, count, stride,
-                               &sums_dy[c], &sums_dy_xc[c]);
-      continue;
-    }
+    KeepSpecialSums(lanes[c].sum_dy, &lanes[c].error_dy);
+    KeepSpecialSums(lanes[c].sum_dy_xc, &lanes[c].error_dy_xc);
     AddLanesInto(lanes[c].sum_dy, lanes[c].error_dy, &sums_dy[c]);
     AddLanesInto(lanes[c].sum_dy_xc, lanes[c].error_dy_xc, &sums_dy_xc[c]);
   }
@@ -590,10 +567,11 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
 
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its compensated
 // sums at `s` + j, which stay in registers across the rows.
+// With a (float inference only) also x_backprop = dy · a, in double, rounded once.
 template <typename T, bool kWhole>
-FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, int64_t stride, int64_t r0,
+FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                                    int64_t r1, int64_t j, int n, const Doubles& m,
-                                   const CompensatedColumns& s) {
+                                   const Doubles* a, const CompensatedColumns& s) {
   Doubles sum_dy = LoadDoubles(s.dy + j), error_dy = LoadDoubles(s.dy_error + j);
   Doubles sum_dy_xc = LoadDoubles(s.dy_xc + j);
   Doubles error_dy_xc = LoadDoubles(s.dy_xc_error + j);
@@ -601,6 +579,9 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, int64_t stride, int6
     const int64_t at = r * stride + j;
     const Doubles d = ToDoubles(kWhole ? Load(dy + at) : LoadUpTo(dy + at, n));
     const Doubles v = ToDoubles(kWhole ? Load(x + at) : LoadUpTo(x + at, n));
+    if constexpr (std::is_same_v<T, float>) {
+      if (a != nullptr) StoreUpTo(dx + at, ToFloats(d * *a), kWhole ? kLanes : n);
+    }
     AddCompensatedFinite(&sum_dy, &error_dy, d);
     AddCompensatedFinite(&sum_dy_xc, &error_dy_xc, d * (v - m));
   }
@@ -615,40 +596,48 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, int64_t stride, int6
 // adds its rows in order, as a column walked down the rows would (the bits are those of
 // AddCompensated down the column), but memory is read a few rows at a time, each row's piece
 // contiguous: walking a column down a row-major tensor read a line per row and page, and left
-// most of the call waiting on memory. A column whose sums come out infinite or NaN is summed
-// again with AddCompensated, which propagates special values as TensorFlow's sum does.
+// most of the call waiting on memory.
 constexpr int64_t kExactRowGroup = 4;
 
+// Float inference also writes x_backprop (dx, scale_inv_std not null) as it sums: the element
+// is in registers, in double, already.
 template <typename T>
-void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
-                  const double* mean, const CompensatedColumns& s) {
+void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                      int64_t width, const double* mean, const double* scale_inv_std,
+                      const CompensatedColumns& s) {
   for (int64_t r0 = 0; r0 < rows; r0 += kExactRowGroup) {
     const int64_t r1 = std::min(rows, r0 + kExactRowGroup);
     int64_t j = 0;
     for (; j + kLanes <= width; j += kLanes) {
-      ExactSumRowsVector<T, true>(dy, x, stride, r0, r1, j, kLanes, LoadDoubles(mean + j), s);
+      Doubles a;
+      if (scale_inv_std != nullptr) a = LoadDoubles(scale_inv_std + j);
+      ExactSumRowsVector<T, true>(dy, x, dx, stride, r0, r1, j, kLanes, LoadDoubles(mean + j),
+                                  scale_inv_std != nullptr ? &a : nullptr, s);
     }
     if (j < width) {
       // Missing lanes of the last vector are zeros, which change no sum.
       const int n = static_cast<int>(width - j);
-      double staged_mean[kLanes] = {};
+      double staged_mean[kLanes] = {}, staged_a[kLanes] = {};
       std::memcpy(staged_mean, mean + j, n * sizeof(double));
-      ExactSumRowsVector<T, false>(dy, x, stride, r0, r1, j, n, LoadDoubles(staged_mean), s);
+      if (scale_inv_std != nullptr) std::memcpy(staged_a, scale_inv_std + j, n * sizeof(double));
+      const Doubles a = LoadDoubles(staged_a);
+      ExactSumRowsVector<T, false>(dy, x, dx, stride, r0, r1, j, n, LoadDoubles(staged_mean),
+                                   scale_inv_std != nullptr ? &a : nullptr, s);
     }
   }
-  for (int64_t j = 0; j < width; ++j) {
-    if (std::isfinite(s.dy_error[j]) && std::isfinite(s.dy_xc_error[j])) continue;
-    double sum[2] = {0.0, 0.0}, error[2] = {0.0, 0.0};
-    for (int64_t r = 0; r < rows; ++r) {
-      const double d = ToFloat(dy[r * stride + j]);
-      AddCompensated(&sum[0], &error[0], d);
-      AddCompensated(&sum[1], &error[1], d * (ToFloat(x[r * stride + j]) - mean[j]));
-    }
-    s.dy[j] = sum[0];
-    s.dy_error[j] = error[0];
-    s.dy_xc[j] = sum[1];
-    s.dy_xc_error[j] = error[1];
+  for (int64_t j = 0; j < width; j += kLanes) {  // the arrays hold whole vectors
+    Doubles error_dy = LoadDoubles(s.dy_error + j), error_dy_xc = LoadDoubles(s.dy_xc_error + j);
+    KeepSpecialSums(LoadDoubles(s.dy + j), &error_dy);
+    KeepSpecialSums(LoadDoubles(s.dy_xc + j), &error_dy_xc);
+    StoreDoubles(s.dy_error + j, error_dy);
+    StoreDoubles(s.dy_xc_error + j, error_dy_xc);
   }
+}
+
+template <typename T>
+void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+                  const double* mean, const CompensatedColumns& s) {
+  ExactSumRowsImpl<T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
 }
 
 // Columns kExactColumnChunk at a time, all rows of each chunk: the chunk's four double
@@ -682,6 +671,19 @@ void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
 }
 
 template <typename T>
+void ExactSumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                           int64_t width, const double* mean, const double* scale_inv_std,
+                           const CompensatedColumns& s) {
+  if constexpr (std::is_same_v<T, float>) {
+    ExactSumRowsImpl<T>(dy, x, dx, stride, rows, width, mean, scale_inv_std, s);
+  } else {
+    // 16-bit x_backprop needs a rounding through float to odd, done by ExactDxRows.
+    ExactSumRowsImpl<T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+    ExactDxRows(dy, x, dx, stride, rows, width, DxCoefficients<double>{nullptr, scale_inv_std});
+  }
+}
+
+template <typename T>
 void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                  int64_t count, int64_t stride, const DxCoefficients<double>& k) {
   for (int64_t r = 0; r < count; ++r) {
@@ -706,9 +708,10 @@ void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channel
 template <typename T>
 const CpuLoops<T>* Loops() {
   static const CpuLoops<T> loops = {
-      SumRows<T>,         SumRowsInference<T>, TrainingDxRows<T>, SumRuns<T>,
-      SumRunsInference<T>, TrainingDxRuns<T>,  ExactSumRows<T>,   ExactSumRuns<T>,
-      ExactDxRows<T>,     ExactDxRuns<T>};
+      SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
+      SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
+      ExactSumRows<T>,     ExactSumRowsInference<T>,
+      ExactSumRuns<T>,     ExactDxRows<T>,      ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()

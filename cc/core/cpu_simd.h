@@ -403,6 +403,35 @@ FBN_INLINE Doubles ToDoubles(const Floats& v) {
   return d;
 }
 
+// The 16 double lanes of d rounded to float, to nearest-even: one rounding (the scalar
+// static_cast<float>(double) lane by lane).
+FBN_INLINE Floats ToFloats(const Doubles& d) {
+  Floats v;
+#if defined(FBN_SIMD_AVX512)
+  const __m256 low = _mm512_cvtpd_ps(reinterpret_cast<__m512d>(d.part[0]));
+  const __m256 high = _mm512_cvtpd_ps(reinterpret_cast<__m512d>(d.part[1]));
+  v.part[0] = reinterpret_cast<Part>(_mm512_insertf32x8(_mm512_castps256_ps512(low), high, 1));
+#elif defined(FBN_SIMD_AVX2)
+  for (int i = 0; i < kParts; ++i) {
+    const __m128 low = _mm256_cvtpd_ps(reinterpret_cast<__m256d>(d.part[2 * i]));
+    const __m128 high = _mm256_cvtpd_ps(reinterpret_cast<__m256d>(d.part[2 * i + 1]));
+    v.part[i] = reinterpret_cast<Part>(_mm256_set_m128(high, low));
+  }
+#elif defined(__SSE2__)
+  for (int i = 0; i < kParts; ++i) {
+    const __m128 low = _mm_cvtpd_ps(reinterpret_cast<__m128d>(d.part[2 * i]));
+    const __m128 high = _mm_cvtpd_ps(reinterpret_cast<__m128d>(d.part[2 * i + 1]));
+    v.part[i] = reinterpret_cast<Part>(_mm_movelh_ps(low, high));
+  }
+#else
+  for (int l = 0; l < kLanes; ++l) {
+    v.part[l / kPartLanes][l % kPartLanes] =
+        static_cast<float>(d.part[l / kDoublePartLanes][l % kDoublePartLanes]);
+  }
+#endif
+  return v;
+}
+
 FBN_INLINE Doubles operator+(const Doubles& a, const Doubles& b) {
   return PartWise(a, b, AddParts{});
 }
