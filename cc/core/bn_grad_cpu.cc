@@ -567,17 +567,31 @@ void RunExactRows(const Call<T, double>& call) {
                                           call.scale_inv_std, columns);
     }
   };
+  // Per channel, the blocks' sums added in block order with CompensatedSum::Add and their error
+  // terms after each; written column by column so that the compiler vectorizes it.
   auto finish = [&] {
-    for (int64_t c = 0; c < C; ++c) {
-      CompensatedSum sum_dy, sum_dy_xc;
-      for (int64_t b = 0; b < blocks.count; ++b) {
-        const CompensatedColumns columns = columns_of(b);
-        sum_dy.Add(columns.dy[c]);
-        sum_dy.error += columns.dy_error[c];
-        sum_dy_xc.Add(columns.dy_xc[c]);
-        sum_dy_xc.error += columns.dy_xc_error[c];
+    double* totals = CallScratch<double, kSumsSlot>(4 * width);
+    std::fill(totals, totals + 4 * width, 0.0);
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      const CompensatedColumns columns = columns_of(b);
+      const double* block_sums[2] = {columns.dy, columns.dy_xc};
+      const double* block_errors[2] = {columns.dy_error, columns.dy_xc_error};
+      for (int k = 0; k < 2; ++k) {
+        double* __restrict sum = totals + 2 * k * width;
+        double* __restrict error = sum + width;
+        const double* __restrict v = block_sums[k];
+        const double* __restrict e = block_errors[k];
+        for (int64_t c = 0; c < C; ++c) {
+          const double t = sum[c] + v[c];
+          const double z = t - sum[c];
+          const double rounding = (sum[c] - (t - z)) + (v[c] - z);
+          error[c] = (error[c] + (t - t == 0.0 ? rounding : 0.0)) + e[c];
+          sum[c] = t;
+        }
       }
-      call.Finish(c, sum_dy.Value(), sum_dy_xc.Value());
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      call.Finish(c, totals[c] + totals[width + c], totals[2 * width + c] + totals[3 * width + c]);
     }
   };
   if (!call.training) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu_cache.h"
 #include "cc/core/cpu_loops.h"
 #include "cc/core/float16_convert.h"
 #include "cc/core/pool_parallel_for.h"
@@ -319,6 +320,9 @@ void RunAllCases() {
 
 int main() {
   fbn::testing::CheckErrorMeasureCatchesSpecials();
+  // Read from sysfs or sysconf, or the fallback: never a size no cache has.
+  fbn::testing::Check(fbn::LastLevelCacheBytes() >= (int64_t{64} << 10),
+                      "the last-level cache size is known or defaulted");
   fbn::TestConversions();
   fbn::RunAllCases<float>();
   fbn::RunAllCases<fbn::Half>();
