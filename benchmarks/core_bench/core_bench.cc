@@ -24,7 +24,7 @@
 
 #include "benchmarks/core_bench/spin_pool.h"
 #include "cc/core/bn_grad.h"
-#include "cc/core/cpu_cache.h"
+#include "cc/core/streaming_stores.h"
 #include "cc/core/cpu_loops.h"
 
 extern "C" float fbn_stream_dot(const float* x, const float* dy, int64_t begin, int64_t end);
@@ -157,8 +157,9 @@ Options Parse(int argc, char** argv) {
 }
 
 void TimeCalls(const Options& o) {
-  std::printf("isa %s, last-level cache %lld MiB\n", CpuIsaName(o.isa),
-              static_cast<long long>(LastLevelCacheBytes() >> 20));
+  std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB\n",
+              CpuIsaName(o.isa), static_cast<long long>(LastLevelCacheBytes() >> 20),
+              static_cast<long long>(StreamingFootprintBytes() >> 20));
   std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s\n", "shape", "fmt", "mode", "thr", "core us",
               "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "");
   const CpuLoops<float>& loops = LoopsFor<float>(o.isa);
@@ -193,7 +194,7 @@ void TimeCalls(const Options& o) {
             };
           };
           std::vector<std::function<void()>> fns = {
-              core(LastLevelCacheBytes()),
+              core(StreamingFootprintBytes()),
               [&] { Stream(&pool, x.data(), dy.data(), dx.data(), n, p.is_training); }};
           if (o.both_stores) {
             fns.push_back(core(0));

@@ -80,8 +80,7 @@ struct CpuLoops {
   void (*sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                    const float* mean, double* sum_dy, double* sum_dy_xc);
   // The same, and inference's x_backprop of the window: dx[r][j] = dy[r][j] · scale_inv_std[j],
-  // with non-temporal stores if stream_dx (tensors beyond the last-level cache: see
-  // bn_grad_cpu.cc).
+  // with non-temporal stores if stream_dx (see streaming_stores.h).
   void (*sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                              int64_t width, const float* mean, const float* scale_inv_std,
                              double* sum_dy, double* sum_dy_xc, bool stream_dx);
@@ -159,8 +158,8 @@ const CpuLoops<T>* Loops();
 
 // BatchNormGradCpu (bn_grad.h) with the given copy of the loops, writing x_backprop with
 // non-temporal stores where x, y_backprop and x_backprop together take more than
-// `streaming_footprint` bytes (BatchNormGradCpu: LastLevelCacheBytes(), cpu_cache.h), so tests
-// can compare copies and both kinds of store.
+// `streaming_footprint` bytes (BatchNormGradCpu: StreamingFootprintBytes(),
+// streaming_stores.h), so tests can compare copies and both kinds of store.
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
                                const ParallelFor& parallel_for, const CpuLoops<T>& loops,

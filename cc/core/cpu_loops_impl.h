@@ -196,58 +196,16 @@ void SumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t widt
                             sum_dy_xc);
 }
 
-// Inference's x_backprop of rows in memory order: dx = dy · scale_inv_std.
-template <typename T, Dx kDx>
-void InferenceDxRows(const T* dy, T* dx, int64_t stride, int64_t rows, int64_t width,
-                     const float* scale_inv_std) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t row = r * stride;
-    int64_t j = 0;
-    for (; j + kLanes <= width; j += kLanes) {
-      StoreDx<kDx>(dx + row + j, Load(dy + row + j) * Load(scale_inv_std + j), kLanes);
-    }
-    if (j < width) {
-      const int n = static_cast<int>(width - j);
-      StoreDx<kDx>(dx + row + j, LoadUpTo(dy + row + j, n) * LoadUpTo(scale_inv_std + j, n), n);
-    }
-  }
-}
-
-// Rows of at most kMaxDownRowsWidth: the sums' tiles store x_backprop as they go. Wider rows:
-// x_backprop stored from the striped sums' loop would add kFastGroup write streams to the
-// kFastGroup read streams of each input, which the measurements showed the memory system
-// handles far worse than three streams; so each slice of kInferenceSliceBytes of y_backprop is
-// summed, then its x_backprop written in memory order from y_backprop still in L1/L2.
-constexpr int64_t kInferenceSliceBytes = int64_t{1} << 16;
-
-template <typename T, Dx kDx>
-void SumRowsInferenceImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
-                          int64_t width, const float* mean, const float* scale_inv_std,
-                          double* sum_dy, double* sum_dy_xc) {
-  if (width <= kMaxDownRowsWidth) {
-    return SumRowsImpl<T, kDx>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy,
-                               sum_dy_xc);
-  }
-  const int64_t slice_rows = std::max<int64_t>(
-      kFastGroup, kInferenceSliceBytes / (width * static_cast<int64_t>(sizeof(T))));
-  for (int64_t r = 0; r < rows; r += slice_rows) {
-    const int64_t n = std::min(slice_rows, rows - r);
-    SumRowsImpl<T, Dx::kNone>(dy + r * stride, x + r * stride, nullptr, stride, n, width, mean,
-                              nullptr, sum_dy, sum_dy_xc);
-    InferenceDxRows<T, kDx>(dy + r * stride, dx + r * stride, stride, n, width, scale_inv_std);
-  }
-}
-
 template <typename T>
 void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const float* mean, const float* scale_inv_std,
                       double* sum_dy, double* sum_dy_xc, bool stream_dx) {
   if (!stream_dx) {
-    return SumRowsInferenceImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, mean,
-                                               scale_inv_std, sum_dy, sum_dy_xc);
+    return SumRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+                                      sum_dy, sum_dy_xc);
   }
-  SumRowsInferenceImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
-                                       sum_dy, sum_dy_xc);
+  SumRowsImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy,
+                              sum_dy_xc);
   FenceStreamingStores();
 }
 

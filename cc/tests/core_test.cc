@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/cpu_cache.h"
+#include "cc/core/streaming_stores.h"
 #include "cc/core/cpu_loops.h"
 #include "cc/core/float16_convert.h"
 #include "cc/core/pool_parallel_for.h"
@@ -218,6 +218,8 @@ void TestIsaCopiesAgree() {
       {20000, 3, 5, false},    // planes, two sweeps
       {5, 6, 333, false},      // runs, fused groups
       {3, 2, 140001, false},   // runs, blocks of a channel
+      {3, 2, 140016, false},   // runs, blocks of a channel, whole lines (streamed if asked)
+      {4, 8, 4096, false},     // runs, fused groups, whole lines (streamed if asked)
       {7, 45, 9, true},        // exact rows
       {3, 20, 21, false},      // exact runs
   };

@@ -1,8 +1,9 @@
-#include "cc/core/cpu_cache.h"
+#include "cc/core/streaming_stores.h"
 
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace fbn {
@@ -40,10 +41,33 @@ int64_t DetectLastLevelCacheBytes() {
   return largest > 0 ? largest : kUnknownCacheBytes;
 }
 
+bool IsAmd() {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+#else
+  return false;
+#endif
+}
+
+int64_t DetectStreamingFootprintBytes() {
+  if (const char* mib = std::getenv("TF_FBN_OPS_STREAMING_MIB")) {
+    char* end = nullptr;
+    const long long value = std::strtoll(mib, &end, 10);
+    if (end != mib && *end == '\0' && value >= 0) return static_cast<int64_t>(value) << 20;
+  }
+  return IsAmd() ? LastLevelCacheBytes() : kIntelStreamingBytes;
+}
+
 }  // namespace
 
 int64_t LastLevelCacheBytes() {
   static const int64_t bytes = DetectLastLevelCacheBytes();
+  return bytes;
+}
+
+int64_t StreamingFootprintBytes() {
+  static const int64_t bytes = DetectStreamingFootprintBytes();
   return bytes;
 }
 
