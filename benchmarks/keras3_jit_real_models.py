@@ -8,7 +8,10 @@ faster).
     .venv/bin/python benchmarks/keras3_jit_real_models.py --no-jit --threads 1
 
 --no-jit compiles the steps as plain tf.functions (TensorFlow's kernels, ours for the
-batch-norm backward); --threads sets the intra-op threads (default 2).
+batch-norm backward); --threads sets the intra-op threads (default 2); --bn-share also estimates
+the batch-norm backward's share of each step as the training benchmark does: every batch-norm
+layer's backward timed alone on its input shape (ours: the shim op; Keras': its gradient graph
+minus its forward), summed over the model, over the step time.
 """
 
 import argparse
@@ -20,12 +23,24 @@ import numpy as np
 import tensorflow as tf
 
 import tf_fbn_ops.keras as fbn_keras
+from tf_fbn_ops.bench.training.isolated import LayerBackward
+from tf_fbn_ops.bench.training.models import bn_input_shapes
+from tf_fbn_ops.bench.training.variants import KERAS3_UNFUSED, SHIM
 
 MODELS = {"MobileNetV2 96x96": lambda: keras.applications.MobileNetV2(
               input_shape=(96, 96, 3), weights=None, classes=10),
           "ResNet50 64x64": lambda: keras.applications.ResNet50(
               input_shape=(64, 64, 3), weights=None, classes=10)}
 ROUNDS, STEPS, WARMUP = 6, 3, 3
+ISOLATED_CALLS = 15
+
+
+def isolated_backward_ms(model, layer_class, kind: str) -> float:
+    """The model's batch-norm backward ops timed alone, one layer after another, summed (ms)."""
+    total_ns = 0.0
+    for index, (shape, epsilon) in enumerate(bn_input_shapes(model, layer_class, 16)):
+        total_ns += LayerBackward(kind, shape, epsilon, "NHWC", seed=index).time_ns(ISOLATED_CALLS)
+    return total_ns / 1e6
 
 
 def build(make, ours: bool, jit: bool):
@@ -49,6 +64,8 @@ def main() -> None:
     parser.add_argument("--no-jit", dest="jit", action="store_false",
                         help="plain tf.function steps instead of jit_compile=True")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads (default 2)")
+    parser.add_argument("--bn-share", action="store_true",
+                        help="also estimate the batch-norm backward's share of each step")
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     for name, make in MODELS.items():
@@ -73,6 +90,13 @@ def main() -> None:
         print(f"{name}, batch 16, jit_compile={args.jit}, {args.threads} thread(s): Keras' "
               f"BatchNormalization {theirs_ms:.1f} ms, "
               f"tf_fbn_ops' ({swapped} layers) {ours_ms:.1f} ms: {theirs_ms / ours_ms:.2f}x")
+        if args.bn_share:
+            theirs_bn = isolated_backward_ms(models[False], keras.layers.BatchNormalization,
+                                             KERAS3_UNFUSED)
+            ours_bn = isolated_backward_ms(models[True], fbn_keras.BatchNormalization, SHIM)
+            print(f"  batch-norm backward, isolated ops (an estimate): Keras' {theirs_bn:.1f} ms "
+                  f"({100 * theirs_bn / theirs_ms:.1f} % of its step), ours {ours_bn:.1f} ms "
+                  f"({100 * ours_bn / ours_ms:.1f} % of its step)")
 
 
 if __name__ == "__main__":

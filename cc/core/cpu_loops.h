@@ -159,7 +159,8 @@ const CpuLoops<T>* Loops();
 // BatchNormGradCpu (bn_grad.h) with the given copy of the loops, writing x_backprop with
 // non-temporal stores where x, y_backprop and x_backprop together take more than
 // `streaming_footprint` bytes (BatchNormGradCpu: StreamingFootprintBytes(),
-// streaming_stores.h), so tests can compare copies and both kinds of store.
+// streaming_stores.h) and the call's other conditions hold (Call::StreamDx, bn_grad_cpu.cc),
+// so tests can compare copies and both kinds of store.
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
                                const ParallelFor& parallel_for, const CpuLoops<T>& loops,

@@ -54,7 +54,14 @@ int64_t DetectStreamingFootprintBytes() {
   if (const char* mib = std::getenv("TF_FBN_OPS_STREAMING_MIB")) {
     char* end = nullptr;
     const long long value = std::strtoll(mib, &end, 10);
-    if (end != mib && *end == '\0' && value >= 0) return static_cast<int64_t>(value) << 20;
+    if (end != mib && *end == '\0' && value >= 0 && value <= (int64_t{1} << 40)) {
+      return static_cast<int64_t>(value) << 20;
+    }
+    // The core has no logger; one line on stderr, once per process, as the setting is read once.
+    std::fprintf(stderr,
+                 "tf-fbn-ops: TF_FBN_OPS_STREAMING_MIB=\"%s\" is not a whole number of MiB "
+                 "(0 to 2^40); ignored, the CPU's own threshold is used\n",
+                 mib);
   }
   return IsAmd() ? LastLevelCacheBytes() : kIntelStreamingBytes;
 }
