@@ -534,10 +534,18 @@ void RunRuns(const Call<T, float>& call) {
 }
 
 // ---- exact family: channels of fewer than kFastPathRest elements, whole channels per unit.
+// Bounded sums first; a channel whose sums do not stand (BoundedSumStands, cpu_loops.h) is
+// summed again with compensated sums, in the same order as before, so its sums are what
+// compensated sums alone would have given.
 
-// Channels last: blocks of whole rows, read in memory order; per block each column's
-// compensated sums (CompensatedColumns), combined per channel in block order between the sweeps;
-// then x_backprop by blocks. Inference writes x_backprop as it sums.
+// More than this fraction of the vectors of 16 columns summed again: the compensated sums are
+// formed for every column of every block at once (memory order) rather than vector by vector
+// (a line read per row).
+constexpr int64_t kRecomputeAllFraction = 4;
+
+// Channels last: blocks of whole rows, read in memory order; per block each column's bounded
+// sums (ExactColumns), combined per channel in block order between the sweeps; then x_backprop
+// by blocks. Inference writes x_backprop as it sums.
 template <typename T>
 void RunExactRows(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
@@ -548,7 +556,7 @@ void RunExactRows(const Call<T, double>& call) {
   double* partials = CallScratch<double, kPartialsSlot>(blocks.count * 4 * width);
   auto columns_of = [&](int64_t b) {
     double* p = partials + b * 4 * width;
-    return CompensatedColumns{p, p + width, p + 2 * width, p + 3 * width};
+    return ExactColumns{p, p + width, p + 2 * width, p + 3 * width};
   };
   const DxCoefficients<double> k{call.mean, call.scale_inv_std,
                                  call.training ? call.dy_mean : nullptr, call.xc_coef};
@@ -558,44 +566,82 @@ void RunExactRows(const Call<T, double>& call) {
                              blocks.end(b) - r0, C, k);
   };
   auto sums = [&](int64_t b) {
-    const CompensatedColumns columns = columns_of(b);
+    const ExactColumns columns = columns_of(b);
     std::fill(columns.dy, columns.dy + 4 * width, 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
     if (call.training) {
-      call.loops.exact_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, rows, C, call.mean,
-                                columns);
+      call.loops.exact_bounded_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, rows, C,
+                                        call.mean, columns);
     } else {
-      call.loops.exact_sum_rows_inference(t.y_backprop + r0 * C, t.x + r0 * C,
-                                          t.x_backprop + r0 * C, C, rows, C, call.mean,
-                                          call.scale_inv_std, columns);
+      call.loops.exact_bounded_sum_rows_inference(t.y_backprop + r0 * C, t.x + r0 * C,
+                                                  t.x_backprop + r0 * C, C, rows, C, call.mean,
+                                                  call.scale_inv_std, columns);
     }
   };
-  // Per channel, the blocks' sums added in block order with CompensatedSum::Add and their error
-  // terms after each; written column by column so that the compiler vectorizes it.
+  // Compensated sums of columns [c0, c0 + n) of every block, the blocks combined per channel in
+  // block order (CompensatedSum::Add, then the block's error term), into totals[n] pairs.
+  auto compensated = [&](int64_t c0, int64_t n, double* scratch, CompensatedSum* totals) {
+    const int64_t w = RoundUp(n, 16);
+    const ExactColumns columns{scratch, scratch + w, scratch + 2 * w, scratch + 3 * w};
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      std::fill(scratch, scratch + 4 * w, 0.0);
+      const int64_t r0 = blocks.begin(b);
+      call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
+                                blocks.end(b) - r0, n, call.mean + c0, columns);
+      for (int64_t c = 0; c < n; ++c) {
+        totals[2 * c].Add(columns.dy[c]);
+        totals[2 * c].error += columns.dy_aux[c];
+        totals[2 * c + 1].Add(columns.dy_xc[c]);
+        totals[2 * c + 1].error += columns.dy_xc_aux[c];
+      }
+    }
+  };
+  // Per channel, the blocks' bounded sums added in block order (written column by column so
+  // that the compiler vectorizes it); the channels whose sums do not stand, compensated.
   auto finish = [&] {
     double* totals = CallScratch<double, kSumsSlot>(4 * width);
     std::fill(totals, totals + 4 * width, 0.0);
     for (int64_t b = 0; b < blocks.count; ++b) {
-      const CompensatedColumns columns = columns_of(b);
-      const double* block_sums[2] = {columns.dy, columns.dy_xc};
-      const double* block_errors[2] = {columns.dy_error, columns.dy_xc_error};
-      for (int k = 0; k < 2; ++k) {
-        double* __restrict sum = totals + 2 * k * width;
-        double* __restrict error = sum + width;
-        const double* __restrict v = block_sums[k];
-        const double* __restrict e = block_errors[k];
-        for (int64_t c = 0; c < C; ++c) {
-          const double t = sum[c] + v[c];
-          const double z = t - sum[c];
-          const double rounding = (sum[c] - (t - z)) + (v[c] - z);
-          error[c] = (error[c] + (t - t == 0.0 ? rounding : 0.0)) + e[c];
-          sum[c] = t;
-        }
+      const ExactColumns columns = columns_of(b);
+      const double* block_values[4] = {columns.dy, columns.dy_aux, columns.dy_xc,
+                                       columns.dy_xc_aux};
+      for (int k = 0; k < 4; ++k) {
+        double* __restrict total = totals + k * width;
+        const double* __restrict v = block_values[k];
+        for (int64_t c = 0; c < C; ++c) total[c] += v[c];
+      }
+    }
+    // The vectors of 16 columns holding a channel whose sums do not stand: summing a vector
+    // again reads the same lines as summing one of its columns.
+    std::vector<int64_t> again;
+    for (int64_t c = 0; c < C; ++c) {
+      if (!BoundedSumStands({totals[c], totals[width + c]}, R) ||
+          !BoundedSumStands({totals[2 * width + c], totals[3 * width + c]}, R)) {
+        if (again.empty() || again.back() != c / 16) again.push_back(c / 16);
+      }
+    }
+    if (again.empty()) {
+      for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
+      return;
+    }
+    std::vector<CompensatedSum> exact(2 * width);
+    if (static_cast<int64_t>(again.size()) * kRecomputeAllFraction > width / 16) {
+      compensated(0, C, partials, exact.data());  // the bounded partials are spent
+    } else {
+      double scratch[4 * 16];
+      for (int64_t v : again) {
+        compensated(16 * v, std::min<int64_t>(16, C - 16 * v), scratch, &exact[2 * 16 * v]);
       }
     }
     for (int64_t c = 0; c < C; ++c) {
-      call.Finish(c, totals[c] + totals[width + c], totals[2 * width + c] + totals[3 * width + c]);
+      if (BoundedSumStands({totals[c], totals[width + c]}, R) &&
+          BoundedSumStands({totals[2 * width + c], totals[3 * width + c]}, R)) {
+        continue;
+      }
+      totals[c] = exact[2 * c].Value();
+      totals[2 * width + c] = exact[2 * c + 1].Value();
     }
+    for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
   };
   if (!call.training) {
     call.RunUnits(blocks.count, blocks.size * C, sums);
@@ -613,11 +659,20 @@ void RunExactRuns(const Call<T, double>& call) {
   call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     for (int64_t c0 = groups.begin(g); c0 < groups.end(g); c0 += kExactRunChannels) {
       const int64_t channels = std::min(kExactRunChannels, groups.end(g) - c0);
-      CompensatedSum sum_dy[kExactRunChannels], sum_dy_xc[kExactRunChannels];
-      call.loops.exact_sum_runs(t.y_backprop + c0 * S, t.x + c0 * S, call.mean + c0, S,
-                                channels, call.s.batch, C * S, sum_dy, sum_dy_xc);
+      BoundedSum sum_dy[kExactRunChannels], sum_dy_xc[kExactRunChannels];
+      call.loops.exact_bounded_sum_runs(t.y_backprop + c0 * S, t.x + c0 * S, call.mean + c0, S,
+                                        channels, call.s.batch, C * S, sum_dy, sum_dy_xc);
       for (int64_t c = 0; c < channels; ++c) {
-        call.Finish(c0 + c, sum_dy[c].Value(), sum_dy_xc[c].Value());
+        if (BoundedSumStands(sum_dy[c], R) && BoundedSumStands(sum_dy_xc[c], R)) {
+          call.Finish(c0 + c, sum_dy[c].sum, sum_dy_xc[c].sum);
+          continue;
+        }
+        // The channel alone, its lanes in the order they had in the group.
+        CompensatedSum exact_dy, exact_dy_xc;
+        call.loops.exact_sum_runs(t.y_backprop + (c0 + c) * S, t.x + (c0 + c) * S,
+                                  call.mean + c0 + c, S, 1, call.s.batch, C * S, &exact_dy,
+                                  &exact_dy_xc);
+        call.Finish(c0 + c, exact_dy.Value(), exact_dy_xc.Value());
       }
       const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
                                      call.training ? call.dy_mean + c0 : nullptr,

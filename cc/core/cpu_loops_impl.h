@@ -277,6 +277,14 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
 // Along a run: groups of kFastGroup vectors, element i of the run in lane i % kLanes, each
 // group's float lane sums added into double lanes (registers), which are added together in a
 // fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
+// v in the first n lanes, zeros after: the mean of a run's last vector, whose missing lanes
+// must give zero terms (their 0 · (0 − mean) is a NaN where the mean is infinite).
+FBN_INLINE Floats BroadcastFirst(float v, int n) {
+  float staged[kLanes] = {};
+  std::fill(staged, staged + n, v);
+  return Load(staged);
+}
+
 template <typename T, Dx kDx>
 FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mean,
                        float scale_inv_std, double* sum_dy, double* sum_dy_xc) {
@@ -293,7 +301,7 @@ FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mea
       Floats d = LoadUpTo(dy + i, n);
       Pin(d);
       group_dy += d;
-      group_dy_xc += d * (LoadUpTo(x + i, n) - m);
+      group_dy_xc += d * (LoadUpTo(x + i, n) - (n == kLanes ? m : BroadcastFirst(mean, n)));
       if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + i, d * a, n);
     }
     Accumulate(&lanes_dy, group_dy);
@@ -320,7 +328,7 @@ FBN_INLINE void SumRunStripes(const T* dy, const T* x, int64_t length, int64_t r
       const int64_t at = k * run_stride + i;
       Floats d = LoadUpTo(dy + at, n);
       Pin(d);
-      return Terms{d, d * (LoadUpTo(x + at, n) - m)};
+      return Terms{d, d * (LoadUpTo(x + at, n) - (n == kLanes ? m : BroadcastFirst(mean, n)))};
     });
     Accumulate(&lanes_dy, sum.dy);
     Accumulate(&lanes_dy_xc, sum.dy_xc);
@@ -486,16 +494,62 @@ FBN_INLINE void KeepSpecialSums(const Doubles& sum, Doubles* error) {
   }
 }
 
+// |v| lane by lane: the sign bit cleared (the same bits in every copy, NaN and -0 included).
+FBN_INLINE Doubles Abs(const Doubles& v) {
+  typedef int64_t Bits __attribute__((vector_size(sizeof(DoublePart))));
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) {
+    r.part[i] = reinterpret_cast<DoublePart>(reinterpret_cast<Bits>(v.part[i]) &
+                                             INT64_MAX);
+  }
+  return r;
+}
+
+// How the exact family adds its terms into a pair of accumulators per lane or column:
+//   Compensated  the sum and its running rounding error (AddCompensatedFinite); the caller
+//                zeroes the error of non-finite sums (Finish).
+//   Bounded      the plain sum and Σ|term|, from which the caller bounds the plain sum's error
+//                (cpu_loops.h, BoundedSumStands); the sum's bits are those of the compensated
+//                sum's first accumulator. Four operations per term fewer.
+// Reduce adds a pair of 16-lane accumulators into one Sum, the lanes as a tree (lane i + 8
+// into i, then i + 4, i + 2, i + 1).
+struct Compensated {
+  using Sum = CompensatedSum;
+  static FBN_INLINE void Add(Doubles* sum, Doubles* error, const Doubles& v) {
+    AddCompensatedFinite(sum, error, v);
+  }
+  static FBN_INLINE void Finish(const Doubles& sum, Doubles* error) {
+    KeepSpecialSums(sum, error);
+  }
+  static FBN_INLINE void Reduce(const Doubles& sum, const Doubles& error, Sum* total) {
+    AddLanesInto(sum, error, total);
+  }
+};
+struct Bounded {
+  using Sum = BoundedSum;
+  static FBN_INLINE void Add(Doubles* sum, Doubles* abs_sum, const Doubles& v) {
+    *sum = *sum + v;
+    *abs_sum = *abs_sum + Abs(v);
+  }
+  static FBN_INLINE void Finish(const Doubles&, Doubles*) {}
+  // ReduceLanes's order is AddLanesInto's, and the sum is added to 0.0 as AddLanesInto adds it
+  // to a fresh CompensatedSum (a sum of -0 becomes +0): the compensated sum's first accumulator.
+  static FBN_INLINE void Reduce(const Doubles& sum, const Doubles& abs_sum, Sum* total) {
+    *total = {0.0 + ReduceLanes(sum), ReduceLanes(abs_sum)};
+  }
+};
+
 // Runs of up to kExactRunChannels consecutive channels, image by image (memory order; a
-// channel's own runs lie a whole image apart), each channel's compensated lanes kept in L1
-// between its runs. Every channel's lanes see its elements in the order of summing channel by
-// channel, run after run, so the bits are those of that order.
-template <typename T>
-void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
-                  int64_t channels, int64_t count, int64_t stride, CompensatedSum* sums_dy,
-                  CompensatedSum* sums_dy_xc) {
+// channel's own runs lie a whole image apart), each channel's lanes kept in L1 between its
+// runs. Every channel's lanes see its elements in the order of summing channel by channel, run
+// after run, so the bits are those of that order. Each channel's lanes are then reduced into
+// sums_dy[c] and sums_dy_xc[c].
+template <typename Policy, typename T>
+void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, int64_t channels,
+                  int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
+                  typename Policy::Sum* sums_dy_xc) {
   struct Lanes {
-    Doubles sum_dy, error_dy, sum_dy_xc, error_dy_xc;
+    Doubles sum_dy, aux_dy, sum_dy_xc, aux_dy_xc;
   };
   Lanes lanes[kExactRunChannels] = {};
   for (int64_t k = 0; k < count; ++k) {
@@ -504,73 +558,92 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length,
       const T* x_run = x + c * length + k * stride;
       const Doubles m = BroadcastDoubles(mean[c]);
       Lanes l = lanes[c];
-      for (int64_t i = 0; i < length; i += kLanes) {
-        // Missing lanes of the last vector are zeros, which change no sum.
+      int64_t i = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i + kLanes <= length; i += kLanes) {
+          const Doubles d = LoadAsDoubles(d_run + i);
+          Policy::Add(&l.sum_dy, &l.aux_dy, d);
+          Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (LoadAsDoubles(x_run + i) - m));
+        }
+      }
+      for (; i < length; i += kLanes) {
+        // Missing lanes of the last vector are zeros, and so is their mean (an infinite mean
+        // would make their term 0 · ∞, a NaN): they change no sum.
         const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+        double staged_mean[kLanes] = {};
+        std::fill(staged_mean, staged_mean + n, mean[c]);
         const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
-        AddCompensatedFinite(&l.sum_dy, &l.error_dy, d);
-        AddCompensatedFinite(&l.sum_dy_xc, &l.error_dy_xc,
-                             d * (ToDoubles(LoadUpTo(x_run + i, n)) - m));
+        Policy::Add(&l.sum_dy, &l.aux_dy, d);
+        Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc,
+                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - LoadDoubles(staged_mean)));
       }
       lanes[c] = l;
     }
   }
   for (int64_t c = 0; c < channels; ++c) {
-    KeepSpecialSums(lanes[c].sum_dy, &lanes[c].error_dy);
-    KeepSpecialSums(lanes[c].sum_dy_xc, &lanes[c].error_dy_xc);
-    AddLanesInto(lanes[c].sum_dy, lanes[c].error_dy, &sums_dy[c]);
-    AddLanesInto(lanes[c].sum_dy_xc, lanes[c].error_dy_xc, &sums_dy_xc[c]);
+    Lanes& l = lanes[c];
+    Policy::Finish(l.sum_dy, &l.aux_dy);
+    Policy::Finish(l.sum_dy_xc, &l.aux_dy_xc);
+    Policy::Reduce(l.sum_dy, l.aux_dy, &sums_dy[c]);
+    Policy::Reduce(l.sum_dy_xc, l.aux_dy_xc, &sums_dy_xc[c]);
   }
 }
 
-// Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its compensated
-// sums at `s` + j, which stay in registers across the rows.
+// Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
+// accumulators at `s` + j, which stay in registers across the rows.
 // With a (float inference only) also x_backprop = dy · a, in double, rounded once.
-template <typename T, bool kWhole>
+template <typename Policy, typename T, bool kWhole>
 FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                                    int64_t r1, int64_t j, int n, const Doubles& m,
-                                   const Doubles* a, const CompensatedColumns& s) {
-  Doubles sum_dy = LoadDoubles(s.dy + j), error_dy = LoadDoubles(s.dy_error + j);
+                                   const Doubles* a, const ExactColumns& s) {
+  Doubles sum_dy = LoadDoubles(s.dy + j), aux_dy = LoadDoubles(s.dy_aux + j);
   Doubles sum_dy_xc = LoadDoubles(s.dy_xc + j);
-  Doubles error_dy_xc = LoadDoubles(s.dy_xc_error + j);
+  Doubles aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t at = r * stride + j;
-    const Doubles d = ToDoubles(kWhole ? Load(dy + at) : LoadUpTo(dy + at, n));
-    const Doubles v = ToDoubles(kWhole ? Load(x + at) : LoadUpTo(x + at, n));
+    Doubles d, v;
+    if constexpr (kWhole && std::is_same_v<T, float>) {
+      d = LoadAsDoubles(dy + at);
+      v = LoadAsDoubles(x + at);
+    } else {
+      d = ToDoubles(kWhole ? Load(dy + at) : LoadUpTo(dy + at, n));
+      v = ToDoubles(kWhole ? Load(x + at) : LoadUpTo(x + at, n));
+    }
     if constexpr (std::is_same_v<T, float>) {
       if (a != nullptr) StoreUpTo(dx + at, ToFloats(d * *a), kWhole ? kLanes : n);
     }
-    AddCompensatedFinite(&sum_dy, &error_dy, d);
-    AddCompensatedFinite(&sum_dy_xc, &error_dy_xc, d * (v - m));
+    Policy::Add(&sum_dy, &aux_dy, d);
+    Policy::Add(&sum_dy_xc, &aux_dy_xc, d * (v - m));
   }
   StoreDoubles(s.dy + j, sum_dy);
-  StoreDoubles(s.dy_error + j, error_dy);
+  StoreDoubles(s.dy_aux + j, aux_dy);
   StoreDoubles(s.dy_xc + j, sum_dy_xc);
-  StoreDoubles(s.dy_xc_error + j, error_dy_xc);
+  StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
 }
 
-// Rows kExactRowGroup at a time in memory order, each column's compensated sums in `s`, which
+// Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, which
 // the caller zeroes and sizes to whole vectors (RoundUp(width, kLanes) entries). Each column
 // adds its rows in order, as a column walked down the rows would (the bits are those of
-// AddCompensated down the column), but memory is read a few rows at a time, each row's piece
+// adding down the column), but memory is read a few rows at a time, each row's piece
 // contiguous: walking a column down a row-major tensor read a line per row and page, and left
 // most of the call waiting on memory.
 constexpr int64_t kExactRowGroup = 4;
 
 // Float inference also writes x_backprop (dx, scale_inv_std not null) as it sums: the element
 // is in registers, in double, already.
-template <typename T>
+template <typename Policy, typename T>
 void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const double* mean, const double* scale_inv_std,
-                      const CompensatedColumns& s) {
+                      const ExactColumns& s) {
   for (int64_t r0 = 0; r0 < rows; r0 += kExactRowGroup) {
     const int64_t r1 = std::min(rows, r0 + kExactRowGroup);
     int64_t j = 0;
     for (; j + kLanes <= width; j += kLanes) {
       Doubles a;
       if (scale_inv_std != nullptr) a = LoadDoubles(scale_inv_std + j);
-      ExactSumRowsVector<T, true>(dy, x, dx, stride, r0, r1, j, kLanes, LoadDoubles(mean + j),
-                                  scale_inv_std != nullptr ? &a : nullptr, s);
+      ExactSumRowsVector<Policy, T, true>(dy, x, dx, stride, r0, r1, j, kLanes,
+                                          LoadDoubles(mean + j),
+                                          scale_inv_std != nullptr ? &a : nullptr, s);
     }
     if (j < width) {
       // Missing lanes of the last vector are zeros, which change no sum.
@@ -579,23 +652,30 @@ void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
       std::memcpy(staged_mean, mean + j, n * sizeof(double));
       if (scale_inv_std != nullptr) std::memcpy(staged_a, scale_inv_std + j, n * sizeof(double));
       const Doubles a = LoadDoubles(staged_a);
-      ExactSumRowsVector<T, false>(dy, x, dx, stride, r0, r1, j, n, LoadDoubles(staged_mean),
-                                   scale_inv_std != nullptr ? &a : nullptr, s);
+      ExactSumRowsVector<Policy, T, false>(dy, x, dx, stride, r0, r1, j, n,
+                                           LoadDoubles(staged_mean),
+                                           scale_inv_std != nullptr ? &a : nullptr, s);
     }
   }
   for (int64_t j = 0; j < width; j += kLanes) {  // the arrays hold whole vectors
-    Doubles error_dy = LoadDoubles(s.dy_error + j), error_dy_xc = LoadDoubles(s.dy_xc_error + j);
-    KeepSpecialSums(LoadDoubles(s.dy + j), &error_dy);
-    KeepSpecialSums(LoadDoubles(s.dy_xc + j), &error_dy_xc);
-    StoreDoubles(s.dy_error + j, error_dy);
-    StoreDoubles(s.dy_xc_error + j, error_dy_xc);
+    Doubles aux_dy = LoadDoubles(s.dy_aux + j), aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
+    Policy::Finish(LoadDoubles(s.dy + j), &aux_dy);
+    Policy::Finish(LoadDoubles(s.dy_xc + j), &aux_dy_xc);
+    StoreDoubles(s.dy_aux + j, aux_dy);
+    StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
   }
 }
 
 template <typename T>
 void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
-                  const double* mean, const CompensatedColumns& s) {
-  ExactSumRowsImpl<T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+                  const double* mean, const ExactColumns& s) {
+  ExactSumRowsImpl<Compensated, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+}
+
+template <typename T>
+void ExactBoundedSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+                         const double* mean, const ExactColumns& s) {
+  ExactSumRowsImpl<Bounded, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
 }
 
 // Columns kExactColumnChunk at a time, all rows of each chunk: the chunk's four double
@@ -629,14 +709,14 @@ void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, i
 }
 
 template <typename T>
-void ExactSumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
-                           int64_t width, const double* mean, const double* scale_inv_std,
-                           const CompensatedColumns& s) {
+void ExactBoundedSumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                                  int64_t width, const double* mean,
+                                  const double* scale_inv_std, const ExactColumns& s) {
   if constexpr (std::is_same_v<T, float>) {
-    ExactSumRowsImpl<T>(dy, x, dx, stride, rows, width, mean, scale_inv_std, s);
+    ExactSumRowsImpl<Bounded, T>(dy, x, dx, stride, rows, width, mean, scale_inv_std, s);
   } else {
     // 16-bit x_backprop needs a rounding through float to odd, done by ExactDxRows.
-    ExactSumRowsImpl<T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+    ExactSumRowsImpl<Bounded, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
     ExactDxRows(dy, x, dx, stride, rows, width, DxCoefficients<double>{nullptr, scale_inv_std});
   }
 }
@@ -668,8 +748,9 @@ const CpuLoops<T>* Loops() {
   static const CpuLoops<T> loops = {
       SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
-      ExactSumRows<T>,     ExactSumRowsInference<T>,
-      ExactSumRuns<T>,     ExactDxRows<T>,      ExactDxRuns<T>};
+      ExactSumRows<T>,     ExactSumRuns<Compensated, T>,
+      ExactBoundedSumRows<T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
+      ExactDxRows<T>,      ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()
