@@ -545,7 +545,8 @@ constexpr int64_t kRecomputeAllFraction = 4;
 
 // Channels last: blocks of whole rows, read in memory order; per block each column's bounded
 // sums (ExactColumns), combined per channel in block order between the sweeps; then x_backprop
-// by blocks. Inference writes x_backprop as it sums.
+// by blocks. Inference writes x_backprop as it sums, unless x_backprop is y_backprop's buffer:
+// a channel summed again must still find its y_backprop there.
 template <typename T>
 void RunExactRows(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
@@ -565,11 +566,12 @@ void RunExactRows(const Call<T, double>& call) {
     call.loops.exact_dx_rows(t.y_backprop + r0 * C, t.x + r0 * C, t.x_backprop + r0 * C, C,
                              blocks.end(b) - r0, C, k);
   };
+  const bool dx_as_it_sums = !call.training && t.x_backprop != t.y_backprop;
   auto sums = [&](int64_t b) {
     const ExactColumns columns = columns_of(b);
     std::fill(columns.dy, columns.dy + 4 * width, 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
-    if (call.training) {
+    if (!dx_as_it_sums) {
       call.loops.exact_bounded_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, rows, C,
                                         call.mean, columns);
     } else {
@@ -643,7 +645,7 @@ void RunExactRows(const Call<T, double>& call) {
     }
     for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
   };
-  if (!call.training) {
+  if (dx_as_it_sums) {
     call.RunUnits(blocks.count, blocks.size * C, sums);
     return finish();
   }

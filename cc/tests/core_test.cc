@@ -311,7 +311,7 @@ void TestLateThreadsAgree() {
 // plain double sum loses the small terms' low bits to the large ones. Channels last, with few
 // such channels their vectors of 16 columns are summed again one by one (4x1024x200), with many
 // all at once (kRecomputeAllFraction); channels first, channel by channel. In both modes, on
-// any split of the work and with every copy of the loops.
+// any split of the work, in place, and with every copy of the loops.
 void TestExactSumsWhereTermsCancel() {
   const Shape shapes[] = {{8, 40, 100, true}, {8, 40, 100, false}, {5, 37, 7, true},
                           {5, 37, 7, false}, {4, 1024, 200, true}, {4, 1024, 200, false}};
@@ -361,6 +361,10 @@ void TestExactSumsWhereTermsCancel() {
           BatchNormGradCpu(p, again.Bind(in), ThreadedFor(threads, 64));
           Check(again.BitEqual(serial), name + ": bits differ with " + std::to_string(threads) + " threads");
         }
+        // In place the channels summed again must still read y_backprop, not x_backprop.
+        Outputs<float> in_place(shape);
+        BatchNormGradCpu(p, in_place.BindInPlace(in), ThreadedFor(2, 64));
+        Check(in_place.BitEqual(serial), name + ": in place (x_backprop over y_backprop) differs");
         for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
           if (isa > DetectedCpuIsa()) continue;
           Outputs<float> copy(shape);
