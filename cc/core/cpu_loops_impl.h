@@ -277,11 +277,13 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
 // Along a run: groups of kFastGroup vectors, element i of the run in lane i % kLanes, each
 // group's float lane sums added into double lanes (registers), which are added together in a
 // fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
-// v in the first n lanes, zeros after: the mean of a run's last vector, whose missing lanes
-// must give zero terms (their 0 · (0 − mean) is a NaN where the mean is infinite).
-FBN_INLINE Floats BroadcastFirst(float v, int n) {
+// The mean to subtract in a run's vector of n elements: its missing lanes must give zero terms,
+// and 0 · (0 − mean) is a NaN where the mean is not finite; then the mean goes in the first n
+// lanes only (rare: a finite mean, the usual case, is used as it is).
+FBN_INLINE Floats MeanForLanes(const Floats& m, float mean, int n) {
+  if (n == kLanes || mean - mean == 0.0f) return m;
   float staged[kLanes] = {};
-  std::fill(staged, staged + n, v);
+  std::fill(staged, staged + n, mean);
   return Load(staged);
 }
 
@@ -301,7 +303,7 @@ FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mea
       Floats d = LoadUpTo(dy + i, n);
       Pin(d);
       group_dy += d;
-      group_dy_xc += d * (LoadUpTo(x + i, n) - (n == kLanes ? m : BroadcastFirst(mean, n)));
+      group_dy_xc += d * (LoadUpTo(x + i, n) - MeanForLanes(m, mean, n));
       if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + i, d * a, n);
     }
     Accumulate(&lanes_dy, group_dy);
@@ -328,7 +330,7 @@ FBN_INLINE void SumRunStripes(const T* dy, const T* x, int64_t length, int64_t r
       const int64_t at = k * run_stride + i;
       Floats d = LoadUpTo(dy + at, n);
       Pin(d);
-      return Terms{d, d * (LoadUpTo(x + at, n) - (n == kLanes ? m : BroadcastFirst(mean, n)))};
+      return Terms{d, d * (LoadUpTo(x + at, n) - MeanForLanes(m, mean, n))};
     });
     Accumulate(&lanes_dy, sum.dy);
     Accumulate(&lanes_dy_xc, sum.dy_xc);
@@ -567,15 +569,19 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, i
         }
       }
       for (; i < length; i += kLanes) {
-        // Missing lanes of the last vector are zeros, and so is their mean (an infinite mean
-        // would make their term 0 · ∞, a NaN): they change no sum.
+        // Missing lanes of the last vector are zeros, and so is their mean where it is not
+        // finite (their term would be 0 · ∞, a NaN): they change no sum.
         const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-        double staged_mean[kLanes] = {};
-        std::fill(staged_mean, staged_mean + n, mean[c]);
+        Doubles m_lanes = m;
+        if (!(mean[c] - mean[c] == 0.0)) {
+          double staged_mean[kLanes] = {};
+          std::fill(staged_mean, staged_mean + n, mean[c]);
+          m_lanes = LoadDoubles(staged_mean);
+        }
         const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
         Policy::Add(&l.sum_dy, &l.aux_dy, d);
         Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc,
-                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - LoadDoubles(staged_mean)));
+                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - m_lanes));
       }
       lanes[c] = l;
     }
