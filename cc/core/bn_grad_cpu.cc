@@ -613,35 +613,31 @@ void RunExactRows(const Call<T, double>& call) {
         for (int64_t c = 0; c < C; ++c) total[c] += v[c];
       }
     }
-    // The vectors of 16 columns holding a channel whose sums do not stand: summing a vector
-    // again reads the same lines as summing one of its columns.
-    std::vector<int64_t> again;
+    // The channels whose sums do not stand, summed again by vectors of 16 columns (a vector
+    // reads the same lines as one of its columns), or all columns at once where many vectors
+    // need it.
+    std::vector<int64_t> again, vectors;
     for (int64_t c = 0; c < C; ++c) {
       if (!BoundedSumStands({totals[c], totals[width + c]}, R) ||
           !BoundedSumStands({totals[2 * width + c], totals[3 * width + c]}, R)) {
-        if (again.empty() || again.back() != c / 16) again.push_back(c / 16);
+        again.push_back(c);
+        if (vectors.empty() || vectors.back() != c / 16) vectors.push_back(c / 16);
       }
     }
-    if (again.empty()) {
-      for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
-      return;
-    }
-    std::vector<CompensatedSum> exact(2 * width);
-    if (static_cast<int64_t>(again.size()) * kRecomputeAllFraction > width / 16) {
-      compensated(0, C, partials, exact.data());  // the bounded partials are spent
-    } else {
-      double scratch[4 * 16];
-      for (int64_t v : again) {
-        compensated(16 * v, std::min<int64_t>(16, C - 16 * v), scratch, &exact[2 * 16 * v]);
+    if (!again.empty()) {
+      std::vector<CompensatedSum> exact(2 * width);
+      if (static_cast<int64_t>(vectors.size()) * kRecomputeAllFraction > width / 16) {
+        compensated(0, C, partials, exact.data());  // the bounded partials are spent
+      } else {
+        double scratch[4 * 16];
+        for (int64_t v : vectors) {
+          compensated(16 * v, std::min<int64_t>(16, C - 16 * v), scratch, &exact[2 * 16 * v]);
+        }
       }
-    }
-    for (int64_t c = 0; c < C; ++c) {
-      if (BoundedSumStands({totals[c], totals[width + c]}, R) &&
-          BoundedSumStands({totals[2 * width + c], totals[3 * width + c]}, R)) {
-        continue;
+      for (int64_t c : again) {
+        totals[c] = exact[2 * c].Value();
+        totals[2 * width + c] = exact[2 * c + 1].Value();
       }
-      totals[c] = exact[2 * c].Value();
-      totals[2 * width + c] = exact[2 * c + 1].Value();
     }
     for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
   };

@@ -274,19 +274,25 @@ void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows
   FenceStreamingStores();
 }
 
+// The mean to subtract in a run's vector of n elements (V: Floats or Doubles): its missing
+// lanes must give zero terms, and 0 · (0 − mean) is a NaN where the mean is not finite; then
+// the mean goes in the first n lanes only (rare: a finite mean, the usual case, is used as it
+// is).
+template <typename V, typename E>
+FBN_INLINE V MeanForLanes(const V& m, E mean, int n) {
+  if (n == kLanes || mean - mean == E{0}) return m;
+  E staged[kLanes] = {};
+  std::fill(staged, staged + n, mean);
+  if constexpr (std::is_same_v<E, float>) {
+    return Load(staged);
+  } else {
+    return LoadDoubles(staged);
+  }
+}
+
 // Along a run: groups of kFastGroup vectors, element i of the run in lane i % kLanes, each
 // group's float lane sums added into double lanes (registers), which are added together in a
 // fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
-// The mean to subtract in a run's vector of n elements: its missing lanes must give zero terms,
-// and 0 · (0 − mean) is a NaN where the mean is not finite; then the mean goes in the first n
-// lanes only (rare: a finite mean, the usual case, is used as it is).
-FBN_INLINE Floats MeanForLanes(const Floats& m, float mean, int n) {
-  if (n == kLanes || mean - mean == 0.0f) return m;
-  float staged[kLanes] = {};
-  std::fill(staged, staged + n, mean);
-  return Load(staged);
-}
-
 template <typename T, Dx kDx>
 FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mean,
                        float scale_inv_std, double* sum_dy, double* sum_dy_xc) {
@@ -569,19 +575,12 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, i
         }
       }
       for (; i < length; i += kLanes) {
-        // Missing lanes of the last vector are zeros, and so is their mean where it is not
-        // finite (their term would be 0 · ∞, a NaN): they change no sum.
+        // Missing lanes of the last vector are zeros (MeanForLanes): they change no sum.
         const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-        Doubles m_lanes = m;
-        if (!(mean[c] - mean[c] == 0.0)) {
-          double staged_mean[kLanes] = {};
-          std::fill(staged_mean, staged_mean + n, mean[c]);
-          m_lanes = LoadDoubles(staged_mean);
-        }
         const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
         Policy::Add(&l.sum_dy, &l.aux_dy, d);
         Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc,
-                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - m_lanes));
+                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - MeanForLanes(m, mean[c], n)));
       }
       lanes[c] = l;
     }
@@ -672,16 +671,10 @@ void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
   }
 }
 
-template <typename T>
+template <typename Policy, typename T>
 void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                   const double* mean, const ExactColumns& s) {
-  ExactSumRowsImpl<Compensated, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
-}
-
-template <typename T>
-void ExactBoundedSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
-                         const double* mean, const ExactColumns& s) {
-  ExactSumRowsImpl<Bounded, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+  ExactSumRowsImpl<Policy, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
 }
 
 // Columns kExactColumnChunk at a time, all rows of each chunk: the chunk's four double
@@ -754,8 +747,8 @@ const CpuLoops<T>* Loops() {
   static const CpuLoops<T> loops = {
       SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
-      ExactSumRows<T>,     ExactSumRuns<Compensated, T>,
-      ExactBoundedSumRows<T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
+      ExactSumRows<Compensated, T>, ExactSumRuns<Compensated, T>,
+      ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
       ExactDxRows<T>,      ExactDxRuns<T>};
   return &loops;
 }

@@ -1,0 +1,89 @@
+"""Our FbnFusedBatchNormGradV3 against TensorFlow's FusedBatchNormGradV3 in one process, on any
+shapes, the two visited in alternation round by round: a spot check on shapes of one's own
+choosing, beside `make bench`'s fixed cases. Which TensorFlow kernel runs is the process's
+choice: oneDNN by default, the stock (Eigen) kernel with TF_ENABLE_ONEDNN_OPTS=0.
+
+    .venv/bin/python benchmarks/tf_kernels_interleaved.py --threads 2 24x14x14x384 48x7x7x768
+    TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/tf_kernels_interleaved.py ...
+
+Shapes are NHWC (N x spatial... x C); --formats NHWC,NCHW also times the channels-first layout
+of the same tensors (TensorFlow's stock kernel refuses channels-first inference: n/a). Each cell:
+median over --rounds rounds of each round's median per-call time (eager calls, ~20 ms of calls
+per round and implementation).
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import tf_fbn_ops
+
+
+def timed(fn, calls: int) -> float:
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("shapes", nargs="+", help="NHWC shapes such as 32x14x14x512")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
+    parser.add_argument("--formats", default="NHWC", help="NHWC, NCHW or both (comma-separated)")
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    kernel = "stock" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "oneDNN"
+    print(f"TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} thread(s); "
+          f"ratio = TensorFlow's time / ours (above 1: ours is faster)")
+    for text in args.shapes:
+        dims = [int(v) for v in text.split("x")]
+        channels = dims[-1]
+        mbytes = np.prod(dims) * 4 / 1e6
+        for data_format in args.formats.split(","):
+            shape = dims if data_format == "NHWC" else [dims[0], channels, *dims[1:-1]]
+            rng = np.random.default_rng(0)
+            tensors = dict(
+                y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                x=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                scale=tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
+                reserve_space_1=tf.constant(rng.standard_normal(channels, dtype=np.float32)),
+                reserve_space_2=tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
+                reserve_space_3=tf.zeros([0]))
+            for training in (True, False):
+                ops = {"ours": tf_fbn_ops.fused_batch_norm_grad_v3,
+                       "tf": tf.raw_ops.FusedBatchNormGradV3}
+
+                def call(op, training=training, data_format=data_format):
+                    return op(**tensors, epsilon=1e-3, data_format=data_format,
+                              is_training=training)
+                fns = {name: (lambda op=op: call(op)) for name, op in ops.items()}
+                for name in list(fns):
+                    try:
+                        fns[name]()
+                        fns[name]()
+                    except tf.errors.InvalidArgumentError:
+                        del fns[name]  # the stock kernel's channels-first inference
+                calls = max(3, int(0.02 / timed(fns["ours"], 3)))
+                per_round = {name: [] for name in fns}
+                for _ in range(args.rounds):
+                    for name, fn in fns.items():
+                        per_round[name].append(timed(fn, calls))
+                us = {name: statistics.median(v) * 1e6 for name, v in per_round.items()}
+                theirs = f"{us['tf']:9.0f} us  {us['tf'] / us['ours']:5.2f}x" if "tf" in us \
+                    else "      n/a"
+                print(f"{text:>16} {mbytes:5.1f} MB {data_format} "
+                      f"{'train' if training else 'infer'}  ours {us['ours']:8.0f} us  "
+                      f"{kernel} {theirs}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
