@@ -19,7 +19,8 @@
 # hand-built call frames and a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan; no XLA
 # needed), test-large (a float16 tensor of more than 2^31
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
-# bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
+# tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
+# or network; tools/tf_cuda_bundle/, docs/gpu.md), bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
 # installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary
 # wheel for the venv's TensorFlow in dist/, checked by auditwheel), wheel-smoke (that wheel
@@ -73,6 +74,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
+        tf-cuda-bundle \
         xla-ffi-test clean
 
 demo: lib
@@ -310,6 +312,13 @@ wheel-smoke: wheel
 
 wheels:
 	$(PYTHON) tools/tf_matrix.py --wheels
+
+# TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
+# each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.
+TF_CUDA_BUNDLE_PYTHON ?= 3.12
+tf-cuda-bundle:
+	$(PYTHON) tools/tf_cuda_bundle/make_bundle.py build/tf_cuda_bundle \
+	    --python $(TF_CUDA_BUNDLE_PYTHON)
 
 $(BENCH_DEPS): $(DEPS)
 	$(PY) -m pip install --quiet $(BENCH_PACKAGES)

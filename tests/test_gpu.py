@@ -110,3 +110,72 @@ def test_gpu_empty_input_gives_zeros() -> None:
             tf.ones([3]), tf.zeros([0]))
     assert out.x_backprop.shape == (0, 4, 4, 3)
     assert not np.any(out.scale_backprop.numpy()) and not np.any(out.offset_backprop.numpy())
+
+
+# --- XLA:GPU and the Keras 3 layer, on the GPU ---------------------------------------------
+
+JIT_CASES = [(dtype, fmt, training, shape)
+             for dtype in (tf.float32, tf.float16)
+             for fmt, shape in (("NHWC", (4, 8, 8, 32)), ("NCHW", (4, 32, 8, 8)),
+                                ("NDHWC", (2, 4, 8, 8, 16)))
+             for training in (True, False)]
+
+
+@needs_gpu
+@pytest.mark.parametrize("lowering", ["custom_call", "hlo"])
+@pytest.mark.parametrize("dtype,data_format,is_training,shape", JIT_CASES)
+def test_gpu_under_xla(dtype, data_format, is_training, shape, lowering, monkeypatch) -> None:
+    """tf.function(jit_compile=True) on the GPU: the custom call runs the CUDA kernels through
+    XLA's FFI (the eager GPU kernel's bits); the HLO lowering stays within the parity bounds."""
+    from tf_fbn_ops import _loader
+    if _loader.xla_missing_reason() is not None:
+        pytest.skip(f"no XLA lowerings in this build: {_loader.xla_missing_reason()}")
+    monkeypatch.delenv(_loader.XLA_LOWERING_VARIABLE, raising=False)
+    if lowering == "hlo":
+        monkeypatch.setenv(_loader.XLA_LOWERING_VARIABLE, "hlo")
+    elif _loader.xla_ffi_missing_reason() is not None:
+        pytest.skip(f"no custom calls in this build: {_loader.xla_ffi_missing_reason()}")
+    kwargs, oracle = _gpu_case(dtype, data_format, is_training, shape, seed=4)
+    with tf.device("/GPU:0"):
+        eager = tf_fbn_ops.fused_batch_norm_grad_v3(**kwargs)
+        compiled = tf.function(lambda: tf_fbn_ops.fused_batch_norm_grad_v3(**kwargs),
+                               jit_compile=True)
+        hlo = compiled.experimental_get_compiler_ir()(stage="hlo")
+        jit = compiled()
+    assert ('custom_call_target="tf_fbn_ops_batch_norm_grad"' in hlo) == (lowering ==
+                                                                          "custom_call")
+    assert "GPU" in jit.x_backprop.device
+    rest = int(np.prod(shape)) // shape[-1 if data_format.endswith("C") else 1]
+    for i, name in enumerate(("x_backprop", "scale_backprop", "offset_backprop")):
+        got = jit[i].numpy()
+        if lowering == "custom_call":
+            assert got.tobytes() == eager[i].numpy().tobytes(), f"{name}: bits differ"
+        out_dtype = dtype.name if i == 0 else "float32"
+        rtol = RTOL[out_dtype] if i == 0 else sum_rtol(rest)
+        error = np.max(np.abs(got.astype(np.float64) - oracle[i]))
+        assert error <= rtol * np.max(np.abs(oracle[i])), name
+
+
+@needs_gpu
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("shape, axis", [((4, 6, 6, 8), -1), ((4, 8, 6, 6), 1),
+                                         ((2, 3, 4, 5, 8), -1)])
+def test_gpu_keras3_layer_matches_keras(shape, axis, training) -> None:
+    """The Keras 3 layer on the GPU: its gradient op placed there, and outputs, gradients and
+    moving statistics as Keras' own layer gives them on the same GPU."""
+    keras = pytest.importorskip("keras", minversion="3")
+    from test_keras3 import LAYERS, TOLERANCE, run_layer
+    rng = np.random.default_rng(1)
+    with tf.device("/GPU:0"):
+        x = tf.constant((rng.standard_normal(shape) * 3 + 1).astype(np.float32))
+        dy = tf.constant(rng.standard_normal(shape).astype(np.float32))
+        theirs = run_layer(LAYERS["keras"], x, dy, training, axis=axis)
+        ours = run_layer(LAYERS["shim"], x, dy, training, axis=axis)
+    assert keras.backend.backend() == "tensorflow"
+    assert "GPU" in ours[1][0].device
+    np.testing.assert_allclose(ours[0], theirs[0], **TOLERANCE)
+    for a, b in zip(theirs[1] + theirs[2], ours[1] + ours[2]):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(b, a, **TOLERANCE)
+

@@ -42,8 +42,8 @@ sanitize() {
   sanitizer=$(command -v compute-sanitizer) || sanitizer=$toolkit/bin/compute-sanitizer
   for tool in memcheck racecheck synccheck; do
     echo "== compute-sanitizer --tool $tool"
-    timeout "${FBN_SANITIZER_TIMEOUT:-240}" "$sanitizer" --tool "$tool" --error-exitcode 1 \
-      ./build/gpu_core_test
+    FBN_KERNELS_SERIALIZED=1 timeout "${FBN_SANITIZER_TIMEOUT:-240}" "$sanitizer" \
+      --tool "$tool" --error-exitcode 1 ./build/gpu_core_test
     case $? in
       0) echo "== $tool: clean" ;;
       124) status=1; echo "== $tool: timed out" ;;

@@ -37,6 +37,11 @@ def call_core(core: ctypes.CDLL, case, pointers: list[int], stream: int | None) 
 
 # --- PyTorch on a CUDA GPU -----------------------------------------------------------------
 
+# GPU clock cycles (about 1 ms) the stream sleeps before each timed call: far longer than any
+# host's way to a launch.
+HOLD_CYCLES = 2_000_000
+
+
 class CudaBackend:
     def __init__(self, core: ctypes.CDLL) -> None:
         self.torch = _torch()
@@ -61,6 +66,9 @@ class CudaBackend:
         start, stop = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
         seconds = []
         for _ in range(timed):
+            # The GPU sleeps while the host queues the call, so the events time the GPU's work
+            # alone, not Python's way to the launch (longer through ctypes than through ATen).
+            t.cuda._sleep(HOLD_CYCLES)
             start.record()
             fn()
             stop.record()
@@ -106,11 +114,15 @@ class CudaCase:
                 pass  # cuDNN refuses this case: its column says n/a
             else:
                 # The same batch statistics, or the comparison would be of different inputs.
-                if not (t.allclose(mean, self.save_mean, rtol=1e-5, atol=1e-6)
+                if (t.allclose(mean, self.save_mean, rtol=1e-5, atol=1e-6)
                         and t.allclose(invstd, self.save_invstd, rtol=1e-4)):
-                    raise RuntimeError(f"{case.name}: cuDNN's saved statistics differ from "
-                                       "PyTorch's")
-                self.cudnn_saved = (mean, invstd, reserve)
+                    self.cudnn_saved = (mean, invstd, reserve)
+                else:
+                    worst = ((invstd.double() - self.save_invstd.double()).abs()
+                             / self.save_invstd.double().abs()).max().item()
+                    print(f"{case.name} {case.layout} {case.dtype}: cuDNN's forward saved other "
+                          f"statistics than PyTorch's (inverse std up to {worst:.2e} apart): "
+                          "its column is n/a", flush=True)
         self.dx = t.empty_like(self.x)
         self.dscale = t.empty(case.c, device=device)
         self.doffset = t.empty(case.c, device=device)
@@ -120,8 +132,34 @@ class CudaCase:
         self.copy_src = t.zeros(moved, dtype=t.uint8, device=device)
         self.copy_dst = t.empty_like(self.copy_src)
 
-    def rounded_inputs(self) -> tuple:
-        return self.x.double().cpu().numpy(), self.dy.double().cpu().numpy()
+    def reference(self) -> tuple:
+        """The float64 gradients of the inputs as rounded to the dtype, computed on the GPU:
+        the host oracle's correctly rounded sums take minutes on the 100-200 MB tensors, and
+        plain float64 sums of at most 2^24 terms err far below the float32 unit this measures
+        in. Logical NC... order, like Case.reference."""
+        t, case = self.backend.torch, self.case
+        x, dy = self.x.double(), self.dy.double()
+        axes = [0, *range(2, x.dim())]
+        per_channel = [1, -1] + [1] * (x.dim() - 2)
+        if case.training:
+            mean, var = x.mean(axes), x.var(axes, unbiased=False)
+        else:
+            mean, var = self.running_mean.double(), self.running_var.double()
+        inv_std = 1.0 / t.sqrt(var + float(np.float32(EPSILON)))
+        xc = x - mean.view(per_channel)
+        offset = dy.sum(axes)
+        sum_dy_xc = (dy * xc).sum(axes)
+        weight = self.weight.double()
+        if case.training:
+            rest = x.numel() // case.c
+            scale = (dy * (xc * inv_std.view(per_channel))).sum(axes)
+            coef2 = inv_std * inv_std * (sum_dy_xc / rest)
+            dx = (weight * inv_std).view(per_channel) * (
+                (dy - (offset / rest).view(per_channel)) - xc * coef2.view(per_channel))
+        else:
+            scale = sum_dy_xc * inv_std
+            dx = dy * (inv_std * weight).view(per_channel)
+        return tuple(v.contiguous().cpu().numpy() for v in (dx, scale, offset))
 
     def copy(self) -> None:
         self.copy_dst.copy_(self.copy_src)
@@ -129,7 +167,10 @@ class CudaCase:
     def implementations(self) -> dict[str, Callable | None]:
         t, case = self.backend.torch, self.case
         native = t.ops.aten.native_batch_norm_backward
-        saved = (self.save_mean, self.save_invstd) if case.training else (None, None)
+        # Inference: PyTorch's CUDA backward asserts that saved statistics are defined, and its
+        # own forward saves empty ones then.
+        empty = t.empty(0, device=self.x.device)
+        saved = (self.save_mean, self.save_invstd) if case.training else (empty, empty)
 
         def ours():
             mean, var = saved if case.training else (self.running_mean, self.running_var)
@@ -235,8 +276,9 @@ class EmulatedCase:
         self.copy_src = np.zeros(case.moved // 2, np.uint8)
         self.copy_dst = np.empty_like(self.copy_src)
 
-    def rounded_inputs(self) -> tuple:
-        return self.logical_x, self.logical_dy
+    def reference(self) -> tuple:
+        """The host oracle (correctly rounded sums) on the inputs as rounded to the dtype."""
+        return self.case.reference(self.logical_x, self.logical_dy)
 
     def copy(self) -> None:
         np.copyto(self.copy_dst, self.copy_src)

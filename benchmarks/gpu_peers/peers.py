@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
 def run_cell(backend, case: Case) -> list[dict]:
     """Times and checks every implementation on one case; prints and returns its rows."""
     prepared = backend.prepare(case)
-    expected = case.reference(*prepared.rounded_inputs())
+    expected = prepared.reference()
     rows, times = [], {}
     for impl, run in prepared.implementations().items():
         if run is None:

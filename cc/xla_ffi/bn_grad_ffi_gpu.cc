@@ -12,8 +12,9 @@ namespace fbn {
 namespace xla_ffi {
 namespace {
 
-// The core's scratch holds doubles and per-block partials; XLA's allocator aligns to this.
-constexpr size_t kScratchAlignment = 256;
+// The core's scratch holds doubles. XLA's FFI refuses any alignment above 16 bytes (its
+// DeviceMemory_Allocate answers "Unsupported alignment"), so ask for exactly what it grants.
+constexpr size_t kScratchAlignment = 16;
 
 ffi::Error GradCuda(GpuStream stream, ffi::ScratchAllocator scratch_allocator,
                     ffi::AnyBuffer y_backprop, ffi::AnyBuffer x, ChannelVector scale,
