@@ -19,7 +19,8 @@
 # hand-built call frames and a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan; no XLA
 # needed), test-large (a float16 tensor of more than 2^31
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
-# tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
+# platform-test (the wheel installed and checked under every CPython it is tagged for, in
+# TensorFlow's CUDA build and in a Debian 13 root), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
 # or network; tools/tf_cuda_bundle/, docs/gpu.md), bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
 # installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary
@@ -74,7 +75,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
-        tf-cuda-bundle \
+        tf-cuda-bundle platform-test sdist \
         xla-ffi-test clean
 
 demo: lib
@@ -312,6 +313,18 @@ wheel-smoke: wheel
 
 wheels:
 	$(PYTHON) tools/tf_matrix.py --wheels
+
+# The source distribution for the venv's TensorFlow minor (its version's fourth number), for
+# platforms without a wheel: pip install --no-build-isolation dist/tf_fbn_ops-*.tar.gz.
+sdist: $(DEPS)
+	$(PY) setup.py -q sdist -d dist
+
+# The newest wheel in dist/, installed and checked under every CPython it is tagged for that this
+# machine has, under TensorFlow's CUDA build, and in a Debian 13 root (debootstrap; root needed).
+# PLATFORMS names a subset (pythons cuda-build debian13). Downloads TensorFlow per environment.
+PLATFORMS ?=
+platform-test: wheel
+	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) $(PLATFORMS)
 
 # TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
 # each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.

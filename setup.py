@@ -378,6 +378,26 @@ def require_tensorflow_for(argv: list[str]) -> None:
         raise SystemExit(ISOLATED_BUILD_MESSAGE)
 
 
+def require_matching_tensorflow_for(argv: list[str]) -> None:
+    """In an unpacked source distribution (PKG-INFO beside this file) the version is fixed, and
+    with it the TensorFlow minor it was made for: building against another one would give a
+    wheel whose version differs from the sdist's, which pip refuses with a less useful message."""
+    info = ROOT / "PKG-INFO"
+    if not info.is_file() or not any(c in argv for c in BUILDING_COMMANDS):
+        return
+    declared = next((line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                     if line.startswith("Version:")), None)
+    needed = package_version()
+    if declared is not None and declared != needed:
+        installed = installed_tensorflow_version() or "no TensorFlow"
+        minor = declared.split(".")[3:]
+        made_for = f"TensorFlow {minor[0][0]}.{int(minor[0][1:])}" if minor else "no TensorFlow"
+        raise SystemExit(
+            f"tf-fbn-ops {declared} is the source for {made_for}, but this environment has "
+            f"{installed}: install the source made for it instead "
+            f"(pip install 'tf-fbn-ops=={needed}').")
+
+
 # Commands that write a wheel: setuptools before 70.1 needs the `wheel` package for them.
 WHEEL_COMMANDS = ("dist_info", "bdist_wheel", "editable_wheel")
 
@@ -411,6 +431,7 @@ def license_metadata() -> dict[str, object]:
 if __name__ == "__main__":  # setuptools runs this file as a script; tests import it
     require_wheel_builder_for(sys.argv[1:])
     require_tensorflow_for(sys.argv[1:])
+    require_matching_tensorflow_for(sys.argv[1:])
     setup(
         version=package_version(),
         **license_metadata(),

@@ -522,3 +522,14 @@ def test_exported_serving_function(tmp_path):
     model.export(str(tmp_path / "exported"), verbose=False)
     exported = tf.saved_model.load(str(tmp_path / "exported"))  # owns the variables
     np.testing.assert_array_equal(exported.serve(x), model(x, training=False))
+
+
+def test_keras_without_renorm_still_fuses():
+    """Keras 3.12, the last release for Python 3.10, has no renorm attribute."""
+    layer = LAYERS["shim"](axis=-1)
+    x = tf.zeros((2, 3, 3, 4))
+    layer.build(x.shape)
+    if "renorm" in vars(layer):
+        object.__delattr__(layer, "renorm")
+    assert not hasattr(layer, "renorm")
+    assert layer.fused_data_format(x) == "NHWC"

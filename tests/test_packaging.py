@@ -191,3 +191,63 @@ def test_an_unknown_toolkit_choice_is_refused(monkeypatch, tmp_path: Path) -> No
     monkeypatch.setenv("TF_FBN_OPS_CUDA_TOOLKIT", "cuda-11")
     with pytest.raises(RuntimeError, match="expected pypi or debian-12.4"):
         cuda_toolkit.find_toolkit(tmp_path)
+
+
+def test_one_wheel_is_tagged_for_every_cpython_of_its_tensorflow(tmp_path: Path) -> None:
+    """The python tag is TensorFlow's CPython set from our floor up, the ABI tag none: the
+    library links no libpython and exports no module init."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import build_wheel  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    library = Path(tf_fbn_ops.__file__).with_name("_fbn_ops.so")
+    dynamic = subprocess.run(["readelf", "-dW", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True,
+                             text=True, check=True).stdout
+    assert "libpython" not in dynamic and "PyInit_" not in symbols
+
+    tags = build_wheel.tensorflow_pythons(sys.executable)
+    assert f"cp3{sys.version_info.minor}" in tags
+    import base64  # noqa: PLC0415
+    import hashlib  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+    wheel = tmp_path / "tf_fbn_ops-1.0-cp311-cp311-manylinux_2_27_x86_64.whl"
+    files = {"tf_fbn_ops-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\n"
+             b"Root-Is-Purelib: false\nTag: cp311-cp311-manylinux_2_27_x86_64\n",
+             "tf_fbn_ops-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tf-fbn-ops\n"
+             b"Version: 1.0\n"}
+    def digest(data: bytes) -> str:
+        return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+    record = "".join(f"{name},sha256={digest(data)},{len(data)}\n"
+                     for name, data in files.items())
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+        archive.writestr("tf_fbn_ops-1.0.dist-info/RECORD",
+                         record + "tf_fbn_ops-1.0.dist-info/RECORD,,\n")
+    retagged = build_wheel.retag_for_pythons(sys.executable, wheel)
+    expected = [t for t in tags if int(t[3:]) >= 10]
+    assert retagged.name == (f"tf_fbn_ops-1.0-{'.'.join(expected)}-none-"
+                             "manylinux_2_27_x86_64.whl")
+    assert not wheel.exists()
+
+
+def test_an_sdist_for_another_tensorflow_names_the_one_to_use(tmp_path: Path, monkeypatch) -> None:
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location("tf_fbn_ops_setup", ROOT / "setup.py")
+    setup_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_module)
+    monkeypatch.setattr(setup_module, "ROOT", tmp_path)
+    needed = setup_module.package_version()
+    (tmp_path / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nVersion: {needed}\n")
+    setup_module.require_matching_tensorflow_for(["bdist_wheel"])  # the same minor: builds
+    (tmp_path / "PKG-INFO").write_text("Metadata-Version: 2.1\nVersion: 0.2.0.212\n")
+    setup_module.require_matching_tensorflow_for(["sdist"])  # not a build of the library
+    with pytest.raises(SystemExit, match=r"0\.2\.0\.212 is the source for TensorFlow 2\.12, but "
+                                         rf"this environment has {tf.__version__}.*"
+                                         rf"tf-fbn-ops=={needed}"):
+        setup_module.require_matching_tensorflow_for(["bdist_wheel"])

@@ -79,10 +79,49 @@ def build(python: str, out: Path, cuda_toolkit: str) -> Path:
                   file=sys.stderr)
             run([python, "-m", "auditwheel", "repair", f"--plat={plat}", *excludes, "-w",
                  str(out), str(built)], env=tool_env(python))
-    wheel = newest_wheel(out)
+    wheel = retag_for_pythons(python, newest_wheel(out))
     size = wheel.stat().st_size / 2**20
     print(f"wheel: {wheel} platform {plat} size {size:.1f} MiB")
     return wheel
+
+
+def tensorflow_pythons(python: str) -> list[str]:
+    """The CPython versions the installed TensorFlow wheel declares (its classifiers: the
+    versions TensorFlow publishes wheels of that release for), as cp3X tags."""
+    code = ("import importlib.metadata as m, re\n"
+            "for name in ('tensorflow', 'tensorflow-cpu'):\n"
+            "    try: md = m.metadata(name)\n"
+            "    except m.PackageNotFoundError: continue\n"
+            "    print(' '.join(re.sub(r'.*:: 3\\.(\\d+)$', r'cp3\\1', c) for c in "
+            "md.get_all('Classifier') or [] if re.match(r'Programming Language :: Python :: "
+            "3\\.\\d+$', c)))\n"
+            "    break")
+    tags = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.split()
+    if not tags:
+        raise SystemExit(f"{python}'s TensorFlow declares no CPython versions")
+    return sorted(tags, key=lambda t: int(t[3:]))
+
+
+def requires_python() -> str:
+    """pyproject.toml's floor (">=3.N"): older CPythons that TensorFlow still supports get no
+    tag, since our Python code needs that floor."""
+    import tomllib  # noqa: PLC0415 - the building interpreter is 3.11 or newer
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["project"]["requires-python"]
+
+
+def retag_for_pythons(python: str, wheel: Path) -> Path:
+    """One wheel for every CPython the TensorFlow release has wheels for, from our floor up
+    (abi tag none): the
+    library calls no Python C API (no libpython, no PyInit) and loads through TensorFlow's own
+    loader, and the Python code runs on all of them."""
+    floor = int(re.fullmatch(r">=3\.(\d+)", requires_python()).group(1))
+    tags = ".".join(t for t in tensorflow_pythons(python) if int(t[3:]) >= floor)
+    output = subprocess.run([python, "-m", "wheel", "tags", "--remove", f"--python-tag={tags}",
+                             "--abi-tag=none", str(wheel)], capture_output=True, text=True,
+                            check=True, cwd=wheel.parent).stdout.split()
+    return wheel.parent / output[-1]
 
 
 def lowest_tag(python: str, wheel: Path) -> str:

@@ -94,7 +94,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
         rank = inputs.shape.rank
         if rank is None or inputs.dtype not in FUSED_DTYPES:
             return None
-        if mask is not None or self.renorm or self.synchronized or self.epsilon < MIN_EPSILON:
+        # Keras 3.12 (the last for Python 3.10) has no renorm: getattr.
+        renorm = getattr(self, "renorm", False)
+        if mask is not None or renorm or self.synchronized or self.epsilon < MIN_EPSILON:
             return None
         if _loader.xla_missing_reason() is not None and _in_xla_compilation():
             return None
