@@ -338,7 +338,7 @@ $(BENCH_DEPS): $(DEPS)
 	touch $@
 
 bench: lib $(BENCH_DEPS)
-	$(PY) -m tf_fbn_ops bench $(BENCH_ARGS)
+	PYTHONPATH=benchmarks $(PY) -m harness $(BENCH_ARGS)
 
 # Bazel (Debian's bazel-bootstrap 4.2.3, offline): the core test and the parity smoke test
 # through the Bazel-built library, CPU and (where nvcc exists) CUDA variants.

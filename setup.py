@@ -436,12 +436,11 @@ if __name__ == "__main__":  # setuptools runs this file as a script; tests impor
         version=package_version(),
         **license_metadata(),
         extras_require=tensorflow_extras(),
-        # The Keras 3 layer, and the benchmark harness (python -m tf_fbn_ops bench) with its C++
-        # streaming kernel and the training-step benchmark.
-        packages=[PACKAGE, f"{PACKAGE}.keras", f"{PACKAGE}.bench", f"{PACKAGE}.bench.training"],
-        package_data={f"{PACKAGE}.bench": ["streaming_limit.cc"],
-                      # The C++ graph API header (tf_fbn_ops.get_include()).
-                      PACKAGE: ["include/tf_fbn_ops/*.h"]},
+        # The Keras 3 layer; the research benchmark harness stays in the repository
+        # (benchmarks/harness/), the package keeps the quick comparison (quick_bench.py).
+        packages=[PACKAGE, f"{PACKAGE}.keras"],
+        # The C++ graph API header (tf_fbn_ops.get_include()).
+        package_data={PACKAGE: ["include/tf_fbn_ops/*.h"]},
         ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
                                sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES + FFI_SOURCES)],
         cmdclass={"build_ext": BuildTensorFlowOps},

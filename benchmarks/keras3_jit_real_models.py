@@ -23,9 +23,9 @@ import numpy as np
 import tensorflow as tf
 
 import tf_fbn_ops.keras as fbn_keras
-from tf_fbn_ops.bench.training.isolated import LayerBackward
-from tf_fbn_ops.bench.training.models import bn_input_shapes
-from tf_fbn_ops.bench.training.variants import KERAS3_UNFUSED, SHIM
+from harness.training.isolated import LayerBackward
+from harness.training.models import bn_input_shapes
+from harness.training.variants import KERAS3_UNFUSED, SHIM
 
 MODELS = {"MobileNetV2 96x96": lambda: keras.applications.MobileNetV2(
               input_shape=(96, 96, 3), weights=None, classes=10),

@@ -1,4 +1,4 @@
-"""The benchmark harness (python -m tf_fbn_ops bench) runs end to end and counts bytes right.
+"""The benchmark harness (python -m harness, from benchmarks/) runs end to end and counts bytes right.
 
 Correctness only: no timing is asserted, since the machine may be busy.
 """
@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from tf_fbn_ops.bench import crosscheck, streaming, traffic
-from tf_fbn_ops.bench.cases import Case, all_cases, select
+from harness_run import harness_environment
+from harness import crosscheck, streaming, traffic
+from harness.cases import Case, all_cases, select
 
 TINY = "^1x8x8x32-NHWC-train-float32$"
 IMPLS = ("shim", "tf_onednn", "stream")
@@ -86,10 +87,10 @@ def test_crosscheck_flags_a_different_computation() -> None:
 
 def test_end_to_end_on_the_tiny_case(tmp_path) -> None:
     out = tmp_path / "bench"
-    command = [sys.executable, "-m", "tf_fbn_ops", "bench", "--filter", TINY, "--rounds", "1",
+    command = [sys.executable, "-m", "harness", "--filter", TINY, "--rounds", "1",
                "--threads", "1", "--impls", ",".join(IMPLS), "--out", str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                            env=harness_environment(TF_CPP_MIN_LOG_LEVEL="2"))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1x8x8x32" in result.stdout and "targets:" in result.stdout
     document = json.loads((out / "results.json").read_text())
@@ -112,15 +113,16 @@ def test_end_to_end_on_the_tiny_case(tmp_path) -> None:
 
     # The saved results re-render without measuring anything (--report).
     again = tmp_path / "again"
-    result = subprocess.run([sys.executable, "-m", "tf_fbn_ops", "bench", "--report",
+    result = subprocess.run([sys.executable, "-m", "harness", "--report",
                              str(out / "results.json"), "--out", str(again)],
-                            capture_output=True, text=True, timeout=120, check=False)
+                            capture_output=True, text=True, timeout=120, check=False,
+                            env=harness_environment())
     assert result.returncode == 0, result.stdout + result.stderr
     assert (again / "results.md").read_text() == (out / "results.md").read_text()
 
 
 def test_onednn_targets_apply_only_where_onednn_runs() -> None:
-    from tf_fbn_ops.bench.targets import evaluate_row
+    from harness.targets import evaluate_row
 
     row = {"ratios": {"tf_eigen": 20.0, "tf_onednn": 5.0, "torch": 2.0}, "pct_stream": 95.0}
     labels_5d = [c["target"] for c in evaluate_row(_case((4, 16, 32, 32, 32), "NCDHW"), row)]
@@ -132,7 +134,7 @@ def test_onednn_targets_apply_only_where_onednn_runs() -> None:
 def test_impossible_stream_ratios_are_suspect_not_passes() -> None:
     """A row whose shim time implies several times the streaming kernel's speed was disturbed
     (a contended run once reported 1561 %): flagged, not counted as a PASS."""
-    from tf_fbn_ops.bench.targets import IMPOSSIBLE_PCT_STREAM, count, evaluate_row
+    from harness.targets import IMPOSSIBLE_PCT_STREAM, count, evaluate_row
 
     case = _case((32, 56, 56, 64))
     verdicts = {}
@@ -146,7 +148,7 @@ def test_impossible_stream_ratios_are_suspect_not_passes() -> None:
 
 
 def test_report_words_are_for_users() -> None:
-    from tf_fbn_ops.bench.report import header_lines
+    from harness.report import header_lines
 
     meta = {"cpu": "x", "cores": 2, "versions": {}, "options": {"rounds": 1, "seed": 0},
             "date": "today", "git_commit": None}
@@ -155,7 +157,7 @@ def test_report_words_are_for_users() -> None:
 
 
 def test_each_tensorflow_kernel_is_compared_with_the_shim_in_its_own_process() -> None:
-    from tf_fbn_ops.bench.rows import _ratios
+    from harness.rows import _ratios
 
     ratios = _ratios({"shim": 100.0, "shim_stock": 125.0, "tf_eigen": 500.0, "tf_onednn": 200.0,
                       "torch": 150.0, "stream": 90.0})
@@ -165,7 +167,7 @@ def test_each_tensorflow_kernel_is_compared_with_the_shim_in_its_own_process() -
 
 
 def test_process_and_page_fault_targets() -> None:
-    from tf_fbn_ops.bench.targets import evaluate_row
+    from harness.targets import evaluate_row
 
     def verdicts(case, ratios, faults_pct) -> dict:
         row = {"ratios": ratios, "pct_stream": 95.0, "faults_pct_of_output": faults_pct}
@@ -190,8 +192,8 @@ def test_the_shim_under_xla_is_timed_alone_and_as_one_compiled_chain(monkeypatch
 
     import tf_fbn_ops  # noqa: PLC0415
     from tf_fbn_ops._loader import XLA_LOWERING_VARIABLE, xla_ffi_missing_reason  # noqa: PLC0415
-    from tf_fbn_ops.bench import implementations as impls  # noqa: PLC0415
-    from tf_fbn_ops.bench.inputs import make_inputs  # noqa: PLC0415
+    from harness import implementations as impls  # noqa: PLC0415
+    from harness.inputs import make_inputs  # noqa: PLC0415
 
     case = _case((2, 4, 4, 8))
     inputs = make_inputs(case, 0)

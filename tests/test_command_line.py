@@ -86,6 +86,16 @@ def test_bench_help_is_the_benchmark_s_own() -> None:
     assert "python -m tf_fbn_ops bench" in result.stdout and "--quick" in result.stdout
 
 
+def test_quick_bench_times_ours_against_tensorflow() -> None:
+    result = _cli("bench", "--quick", "--rounds", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = [line.split() for line in result.stdout.splitlines() if line.startswith("8x14x14x128")]
+    assert [r[1:3] for r in rows] == [["NHWC", "train"], ["NHWC", "infer"], ["NCHW", "train"],
+                                      ["NCHW", "infer"]]
+    for row in rows:
+        assert float(row[3]) > 0 and (row[4] == "n/a" or float(row[5].rstrip("x")) > 0)
+
+
 def test_info_reports_a_library_that_loads() -> None:
     result = _cli("info")
     assert result.returncode == 0, result.stdout + result.stderr

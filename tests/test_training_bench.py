@@ -1,4 +1,4 @@
-"""The training-step benchmark (python -m tf_fbn_ops bench --training) runs end to end.
+"""The training-step benchmark (python -m harness --training) runs end to end.
 
 Correctness only: every variant timed, ratios and shares computed from the times they claim to
 compare. No timing is asserted, since the machine may be busy.
@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from harness_run import harness_environment
+
 VARIANTS = ("keras3", "keras3_shim", "keras2", "keras2_shim", "keras3_jit", "keras3_shim_jit")
 MODELS = ("resnet2d", "conv3d")
 BASELINE = {"keras3_shim": "keras3", "keras2_shim": "keras2", "keras3_shim_jit": "keras3_jit"}
@@ -21,9 +23,9 @@ EXPECTED_OPS = {"keras3": [], "keras3_shim": ["FbnFusedBatchNormGradV3"],
 
 
 def _bench(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tf_fbn_ops", "bench", "--training", *args],
+    return subprocess.run([sys.executable, "-m", "harness", "--training", *args],
                           capture_output=True, text=True, timeout=timeout, check=False,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          env=harness_environment(TF_CPP_MIN_LOG_LEVEL="2"))
 
 
 def _positive(value) -> bool:
@@ -36,7 +38,7 @@ def test_quick_run_times_every_variant(tmp_path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BN backward (isolated ops) share" in result.stdout
     document = json.loads((out / "training.json").read_text())
-    assert document["meta"]["command"].startswith("python -m tf_fbn_ops bench --training")
+    assert document["meta"]["command"].startswith("python -m harness --training")
     assert document["meta"]["options"]["threads"] == [1]
     rows = {(r["model"], r["variant"]): r for r in document["rows"]}
     assert set(rows) == {(m, v) for m in MODELS for v in VARIANTS}

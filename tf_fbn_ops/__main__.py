@@ -63,8 +63,9 @@ def _parser() -> argparse.ArgumentParser:
                     "float64 oracle.")
     commands.add_parser(
         "bench", add_help=False,
-        help="the CPU benchmark harness: the shim against TensorFlow (Eigen and oneDNN), "
-             "PyTorch and a streaming kernel ('bench --help' for its options)")
+        help="the shim against TensorFlow's own op on this machine, interleaved "
+             "('bench --help' for its options; the research harness is the repository's "
+             "benchmarks/harness/)")
     cc_flags = commands.add_parser(
         "cc-flags", help="print the compiler and linker flags of a C++ program that builds "
                          "graphs with the shim's ops (#include \"tf_fbn_ops/ops.h\")",
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # The benchmark parses its own options: everything after "bench" goes to it untouched.
     if argv and argv[0] == "bench":
-        return importlib.import_module("tf_fbn_ops.bench.main").main(argv[1:])
+        return importlib.import_module("tf_fbn_ops.quick_bench").main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":

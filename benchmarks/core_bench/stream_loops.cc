@@ -1,4 +1,4 @@
-// The streaming kernel's two loops (as tf_fbn_ops/bench/streaming_limit.cc), compiled apart with
+// The streaming kernel's two loops (as benchmarks/harness/streaming_limit.cc), compiled apart with
 // -O3 -march=native like the harness's, and split over threads by the caller.
 #include <cstdint>
 

@@ -7,9 +7,9 @@ isolated-op estimate of the batch-norm backward with its share of the step.
 
 from __future__ import annotations
 
-from tf_fbn_ops.bench.stats import summarize
-from tf_fbn_ops.bench.training.models import MODELS
-from tf_fbn_ops.bench.training.variants import KERAS3_UNFUSED, SHIM, TF_FUSED, VARIANTS
+from harness.stats import summarize
+from harness.training.models import MODELS
+from harness.training.variants import KERAS3_UNFUSED, SHIM, TF_FUSED, VARIANTS
 
 # What the isolated timing ran for each backward kind, for the reports.
 ISOLATED_OP = {

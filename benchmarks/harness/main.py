@@ -1,10 +1,10 @@
-"""Command line of the benchmark: ``python -m tf_fbn_ops bench [options]``.
+"""Command line of the benchmark: ``python -m harness [options]``.
 
 Starts every worker once, runs each (case, threads) block in turn, then prints the table and
 writes results.json, results.md and results.png to ``--out``. Progress goes to stderr, the
 report to stdout. The exit status is 1 when a cross-check failed (the timings would compare
 different computations), 2 for bad options, else 0. With ``--training`` the whole command line
-goes to the end-to-end training-step benchmark instead (``tf_fbn_ops.bench.training``).
+goes to the end-to-end training-step benchmark instead (``harness.training``).
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ import os
 import sys
 from pathlib import Path
 
-from tf_fbn_ops.bench import cases as case_list
-from tf_fbn_ops.bench import machine, native_build, report, streaming
-from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.cli import int_list, name_list, progress
-from tf_fbn_ops.bench.implementations import (
+from harness import cases as case_list
+from harness import machine, native_build, report, streaming
+from harness.cases import Case
+from harness.cli import int_list, name_list, progress
+from harness.implementations import (
     DEFAULT_IMPLEMENTATIONS,
     GROUP_OF,
     GROUPS,
     IMPLEMENTATIONS,
 )
-from tf_fbn_ops.bench.plot import plot
-from tf_fbn_ops.bench.pool import Pool
-from tf_fbn_ops.bench.rows import build_row
-from tf_fbn_ops.bench.schedule import run_block
-from tf_fbn_ops.bench.targets import evaluate_row
+from harness.plot import plot
+from harness.pool import Pool
+from harness.rows import build_row
+from harness.schedule import run_block
+from harness.targets import evaluate_row
 
 DEFAULT_ROUNDS = 7
 QUICK_ROUNDS = 2
@@ -36,7 +36,7 @@ QUICK_ROUNDS = 2
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tf_fbn_ops bench",
+        prog="python -m harness",
         description="Times the shim's FusedBatchNormGradV3 against TF (oneDNN on/off), PyTorch "
                     "and a streaming-limit kernel, interleaved in shuffled rounds.")
     parser.add_argument("--rounds", type=int, default=None,
@@ -172,7 +172,7 @@ def rerender(saved: Path, out: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--training" in argv:  # a benchmark of its own, with its own options
-        from tf_fbn_ops.bench.training.main import main as training_main  # noqa: PLC0415
+        from harness.training.main import main as training_main  # noqa: PLC0415
 
         return training_main(argv)
     args = parse_args(argv)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tf_fbn_ops.bench.cases import Case
+from harness.cases import Case
 
 MIN_TENSOR_BYTES = 1_000_000
 # Above this %stream a measurement is not believed. The shim legitimately beats the streaming

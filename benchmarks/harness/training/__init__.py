@@ -1,4 +1,4 @@
-"""End-to-end training-step benchmark: ``python -m tf_fbn_ops bench --training``.
+"""End-to-end training-step benchmark: ``python -m harness --training``.
 
 The op harness (the parent package) times the batch-norm gradient op alone; this times what a
 Keras user sees: ``model.train_on_batch`` of two small models on CPU (a ResNet-style CNN, NHWC,

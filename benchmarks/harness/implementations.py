@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tf_fbn_ops.bench.cases import EPSILON, Case
-from tf_fbn_ops.bench.inputs import Inputs, storage_bits
+from harness.cases import EPSILON, Case
+from harness.inputs import Inputs, storage_bits
 
 EAGER = "eager"  # one call per timed invocation
 CHAINED = "fn20"  # a tf.function of CHAIN_LENGTH chained calls per timed invocation
@@ -278,7 +278,7 @@ def prepare_torch(case: Case, inputs: Inputs) -> Runner:
 def prepare_stream(case: Case, inputs: Inputs, library: Any) -> Runner:
     """The streaming-limit kernel on x and dy in the case's storage width; exempt from the
     cross-check (it computes no gradient)."""
-    from tf_fbn_ops.bench.streaming import StreamKernel  # noqa: PLC0415
+    from harness.streaming import StreamKernel  # noqa: PLC0415
 
     kernel = StreamKernel(library, storage_bits(inputs.x, case.dtype),
                           storage_bits(inputs.dy, case.dtype), case.training)

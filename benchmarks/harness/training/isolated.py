@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tf_fbn_ops.bench.batch_timer import time_batch
-from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.implementations import CHAIN_LENGTH, tf_chain, tf_kwargs, tf_op
-from tf_fbn_ops.bench.inputs import make_inputs
-from tf_fbn_ops.bench.stats import median_ns
-from tf_fbn_ops.bench.training.variants import KERAS3_UNFUSED, SHIM, TF_FUSED
+from harness.batch_timer import time_batch
+from harness.cases import Case
+from harness.implementations import CHAIN_LENGTH, tf_chain, tf_kwargs, tf_op
+from harness.inputs import make_inputs
+from harness.stats import median_ns
+from harness.training.variants import KERAS3_UNFUSED, SHIM, TF_FUSED
 
 WARMUP_CALLS = 2
 

@@ -10,9 +10,9 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from tf_fbn_ops.bench.cases import SHORT_DTYPE
-from tf_fbn_ops.bench.implementations import CHAINED, XLA_IMPLEMENTATIONS
-from tf_fbn_ops.bench.targets import count
+from harness.cases import SHORT_DTYPE
+from harness.implementations import CHAINED, XLA_IMPLEMENTATIONS
+from harness.targets import count
 
 OTHERS = ("tf_eigen", "tf_onednn", "torch")
 HEADERS = ("shape", "layout", "mode", "dtype", "thr", "elems", "shim µs (±IQR)", "shim_stock",

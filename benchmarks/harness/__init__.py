@@ -5,8 +5,9 @@ the method of the performance research (docs PERF_NOTES section 0): one worker p
 implementation group and thread count, driven over pipes, round-robin in a freshly shuffled order
 per round with a pause between workers, each round's per-call median being one sample.
 
-Run with ``python -m tf_fbn_ops bench [options]`` (or ``make bench``); ``--help`` lists the
-options. The modules, in the order data flows through them:
+It lives beside the package, not in it (users import tf_fbn_ops; ``python -m tf_fbn_ops bench``
+is the package's own quick comparison). Run from a checkout with ``make bench`` or
+``PYTHONPATH=benchmarks python -m harness [options]``; ``--help`` lists the options. The modules, in the order data flows through them:
 
 * ``cases``: the case list and ``--filter``/``--quick`` selection;
 * ``inputs``: the seeded input tensors every implementation receives;

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from tf_fbn_ops.bench.pool import worker_environment
+from harness.pool import worker_environment
 
 TAIL_LINES = 40
 
@@ -46,7 +46,7 @@ def run_worker(threads: int, job: list[str], log_path: Path, idle_timeout_s: flo
     """
     env = worker_environment("tf_default", threads)
     env.setdefault("KERAS_BACKEND", "tensorflow")
-    command = [sys.executable, "-m", "tf_fbn_ops.bench.training.worker",
+    command = [sys.executable, "-m", "harness.training.worker",
                "--threads", str(threads), *job]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)

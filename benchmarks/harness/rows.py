@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from tf_fbn_ops.bench import traffic
-from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.crosscheck import crosscheck
-from tf_fbn_ops.bench.implementations import SHIM_IN_PROCESS_OF
-from tf_fbn_ops.bench.schedule import ImplResult
-from tf_fbn_ops.bench.targets import evaluate_row
+from harness import traffic
+from harness.cases import Case
+from harness.crosscheck import crosscheck
+from harness.implementations import SHIM_IN_PROCESS_OF
+from harness.schedule import ImplResult
+from harness.targets import evaluate_row
 
 BASELINE = "shim"
 LIMIT = "stream"

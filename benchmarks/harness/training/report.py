@@ -10,10 +10,10 @@ import json
 import textwrap
 from pathlib import Path
 
-from tf_fbn_ops.bench import report as op_report
-from tf_fbn_ops.bench.implementations import CHAIN_LENGTH
-from tf_fbn_ops.bench.training import models
-from tf_fbn_ops.bench.training.results import ISOLATED_OP
+from harness import report as op_report
+from harness.implementations import CHAIN_LENGTH
+from harness.training import models
+from harness.training.results import ISOLATED_OP
 
 HEADERS = ("model", "variant", "batch", "thr", "step ms (±IQR)", "speedup vs baseline",
            "BN backward (isolated ops) ms", "BN backward (isolated ops) share")

@@ -1,4 +1,4 @@
-"""Command line of the training benchmark: ``python -m tf_fbn_ops bench --training [options]``.
+"""Command line of the training benchmark: ``python -m harness --training [options]``.
 
 The op harness times FusedBatchNormGradV3 alone; this asks what the shim changes for a whole
 training step. Runs one worker per thread count (one after the other), then prints the table
@@ -14,9 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from tf_fbn_ops.bench import machine
-from tf_fbn_ops.bench.cli import int_list, name_list, progress
-from tf_fbn_ops.bench.training import models, report, results, spawn, variants
+from harness import machine
+from harness.cli import int_list, name_list, progress
+from harness.training import models, report, results, spawn, variants
 
 DEFAULTS = {"threads": [1, 2], "rounds": 7, "steps": 10, "bn_calls": 20}
 QUICK = {"threads": [1], "rounds": 1, "steps": 2, "bn_calls": 3}
@@ -24,7 +24,7 @@ QUICK = {"threads": [1], "rounds": 1, "steps": 2, "bn_calls": 3}
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m tf_fbn_ops bench --training",
+        prog="python -m harness --training",
         description="Times model.train_on_batch on CPU for a small ResNet (NHWC) and a small "
                     "3-D CNN (NDHWC) in six variants: Keras 3 with its BatchNormalization "
                     "(keras3) or tf_fbn_ops.keras's (keras3_shim), Keras 2 with the fused "

@@ -1,6 +1,6 @@
 """The training benchmark's worker: every variant of the selected models at one thread count.
 
-Usage (the parent starts it): ``python -m tf_fbn_ops.bench.training.worker --threads N
+Usage (the parent starts it): ``python -m harness.training.worker --threads N
 --models resnet2d,conv3d --rounds R --steps S --bn-calls C --seed SEED [--quick]``. The whole
 job is on the command line; the worker prints one JSON object on stdout when it is done, and
 its progress (and TensorFlow's chatter) on stderr.
@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tf_fbn_ops.bench import contention
-from tf_fbn_ops.bench.batch_timer import time_batch
-from tf_fbn_ops.bench.cli import name_list, progress
-from tf_fbn_ops.bench.stats import median_ns
-from tf_fbn_ops.bench.training import models, variants
-from tf_fbn_ops.bench.training.isolated import LayerBackward
-from tf_fbn_ops.bench.worker import _protocol_streams, setup_tensorflow
+from harness import contention
+from harness.batch_timer import time_batch
+from harness.cli import name_list, progress
+from harness.stats import median_ns
+from harness.training import models, variants
+from harness.training.isolated import LayerBackward
+from harness.worker import _protocol_streams, setup_tensorflow
 
 WARMUP_STEPS = 3  # untimed steps after the one that traces (1 with --quick)
 

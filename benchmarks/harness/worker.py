@@ -1,6 +1,6 @@
 """A worker process: one implementation group at one thread count, driven over stdin/stdout.
 
-Usage (the parent starts it): ``python -m tf_fbn_ops.bench.worker --group G --threads N
+Usage (the parent starts it): ``python -m harness.worker --group G --threads N
 [--stream-library PATH]``. Requests and replies are JSON lines (see ``protocol``):
 
 * ``hello`` -> versions and thread settings, and the implementations that cannot run here;
@@ -28,12 +28,12 @@ from typing import IO, Any
 import numpy as np
 
 from tf_fbn_ops._onednn import onednn_enabled
-from tf_fbn_ops.bench import protocol
-from tf_fbn_ops.bench import implementations as impls
-from tf_fbn_ops.bench.batch_timer import time_batch
-from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.inputs import make_inputs
-from tf_fbn_ops.bench.stats import median_ns
+from harness import protocol
+from harness import implementations as impls
+from harness.batch_timer import time_batch
+from harness.cases import Case
+from harness.inputs import make_inputs
+from harness.stats import median_ns
 
 WARMUP_CALLS = 2  # untimed calls before each timed batch, as in the research harness
 # After the warm-up calls, invocations are timed for about this long (at most
@@ -95,7 +95,7 @@ def setup_stream(threads: int, library_path: str | None,
     if not library_path:
         unavailable["stream"] = "streaming kernel not built"
         return {}, None
-    from tf_fbn_ops.bench import streaming  # noqa: PLC0415
+    from harness import streaming  # noqa: PLC0415
 
     library = streaming.load(library_path)
     library.fbn_stream_set_threads(threads)

@@ -11,7 +11,7 @@
 // 2-byte dtypes are moved as uint16 with integer arithmetic: the bytes are those of bfloat16 or
 // float16, and the cost of converting to float does not enter the limit.
 //
-// Built by tf_fbn_ops/bench/native_build.py with -O3 -march=native -fopenmp; loaded with ctypes.
+// Built by benchmarks/harness/native_build.py with -O3 -march=native -fopenmp; loaded with ctypes.
 
 #include <omp.h>
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tf_fbn_ops.bench import contention
+from harness import contention
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tf_fbn_ops.bench import native_build
+from harness import native_build
 
 SOURCE = Path(__file__).with_name("streaming_limit.cc")
 

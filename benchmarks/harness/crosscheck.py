@@ -11,7 +11,7 @@ values. The streaming kernel computes no gradient and is exempt.
 
 from __future__ import annotations
 
-from tf_fbn_ops.bench.cases import Case
+from harness.cases import Case
 
 EXEMPT = ("stream",)
 REFERENCE_PREFERENCE = ("shim", "tf_eigen", "tf_onednn", "torch")

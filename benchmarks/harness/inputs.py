@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tf_fbn_ops.bench.cases import Case
+from harness.cases import Case
 
 
 @dataclass

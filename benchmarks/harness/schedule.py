@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tf_fbn_ops.bench import contention
-from tf_fbn_ops.bench.cases import Case
-from tf_fbn_ops.bench.implementations import GROUP_OF
-from tf_fbn_ops.bench.pool import Pool, WorkerError
-from tf_fbn_ops.bench.stats import Summary, summarize
+from harness import contention
+from harness.cases import Case
+from harness.implementations import GROUP_OF
+from harness.pool import Pool, WorkerError
+from harness.stats import Summary, summarize
 
 TARGET_BATCH_NS = 75e6  # aim for batches of 50-100 ms
 MIN_REPS = 3

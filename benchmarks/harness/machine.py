@@ -62,6 +62,6 @@ def describe(argv: list[str]) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(  # noqa: UP017
             timespec="seconds"),
         # No interpreter path: results are committed and must not name this machine's folders.
-        "command": shlex.join(["python", "-m", "tf_fbn_ops", "bench", *argv]),
+        "command": shlex.join(["python", "-m", "harness", *argv]),
         "git_commit": git_commit(root),
     }

@@ -9,7 +9,7 @@ sweeps, i.e. always 5 passes in training, whatever the cache would have saved.
 
 from __future__ import annotations
 
-from tf_fbn_ops.bench.cases import Case
+from harness.cases import Case
 
 CACHE_BYTES = 16 * 2**20
 FUSED_PASSES = 3  # read x, read dy, write dx

@@ -12,11 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tf_fbn_ops.bench import protocol
-from tf_fbn_ops.bench.implementations import GROUPS
+from harness import protocol
+from harness.implementations import GROUPS
 
 HELLO_TIMEOUT_S = 300.0  # importing TensorFlow on a busy 2-core machine can take a while
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding tf_fbn_ops/
+HARNESS_ROOT = Path(__file__).resolve().parents[1]  # benchmarks/, the folder holding harness/
 
 
 class WorkerError(RuntimeError):
@@ -29,9 +29,12 @@ def worker_environment(group: str, threads: int) -> dict[str, str]:
     env.update(GROUPS[group].env)
     env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # The workers must import the same tf_fbn_ops as the parent, whatever their cwd.
+    # The workers must import this harness and the same tf_fbn_ops as the parent, whatever
+    # their cwd.
+    import tf_fbn_ops  # noqa: PLC0415 - the parent's own, already imported
+    package_root = str(Path(tf_fbn_ops.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p)
+        p for p in (str(HARNESS_ROOT), package_root, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -78,7 +81,7 @@ class WorkerHandle:
         return self.hello
 
     def _spawn(self) -> dict:
-        command = [sys.executable, "-m", "tf_fbn_ops.bench.worker", "--group", self.group,
+        command = [sys.executable, "-m", "harness.worker", "--group", self.group,
                    "--threads", str(self.threads)]
         if self.stream_library:
             command += ["--stream-library", self.stream_library]
