@@ -19,6 +19,7 @@
 # hand-built call frames and a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan; no XLA
 # needed), test-large (a float16 tensor of more than 2^31
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
+# arm64-core-test (the CPU core cross-built for AArch64, its test and its bits under qemu),
 # platform-test (the wheel installed and checked under every CPython it is tagged for, in
 # TensorFlow's CUDA build and in a Debian 13 root), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
 # or network; tools/tf_cuda_bundle/, docs/gpu.md), bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
@@ -75,7 +76,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
-        tf-cuda-bundle platform-test sdist \
+        tf-cuda-bundle platform-test sdist arm64-core-test \
         xla-ffi-test clean
 
 demo: lib
@@ -318,6 +319,11 @@ wheels:
 # platforms without a wheel: pip install --no-build-isolation dist/tf_fbn_ops-*.tar.gz.
 sdist: $(DEPS)
 	$(PY) setup.py -q sdist -d dist
+
+# The CPU core built for Linux AArch64 (Debian's cross compiler) and run under qemu: its test,
+# and its outputs against this machine's, bit for bit (installs both tools with apt if missing).
+arm64-core-test:
+	tools/arm64_core_check.sh
 
 # The newest wheel in dist/, installed and checked under every CPython it is tagged for that this
 # machine has, under TensorFlow's CUDA build, and in a Debian 13 root (debootstrap; root needed).

@@ -23,6 +23,17 @@
 namespace fbn {
 namespace {
 
+// The compiler's own IEEE binary16, and a binary128 type in which the sums of TestExactSums'
+// terms are exact: _Float16 and __float128 on x86-64; on AArch64 (g++ 12 has no C++ _Float16
+// there) __fp16, IEEE binary16 by default, and long double, which is binary128.
+#if defined(__aarch64__)
+using CompilerHalf = __fp16;
+using Binary128 = long double;
+#else
+using CompilerHalf = _Float16;
+using Binary128 = __float128;
+#endif
+
 using namespace testing;  // NOLINT: the shared test vocabulary
 
 // A ParallelFor that cuts [0, count) into `pieces` ranges and runs them on `threads` real
@@ -131,11 +142,11 @@ void RunCase(const Case& k, uint32_t seed) {
 }
 
 void TestConversions() {
-  // Every half value survives half -> float -> half, and matches the compiler's _Float16.
+  // Every half value survives half -> float -> half, and matches the compiler's binary16.
   int bad = 0;
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const float f = HalfBitsToFloat(static_cast<uint16_t>(h));
-    _Float16 native;
+    CompilerHalf native;
     const uint16_t hb = static_cast<uint16_t>(h);
     std::memcpy(&native, &hb, 2);
     const bool nan = std::isnan(f);
@@ -144,7 +155,7 @@ void TestConversions() {
   }
   Check(bad == 0, "half -> float -> half round trip of all 65536 values");
 
-  // float -> half rounding (nearest-even, overflow, subnormals) against _Float16.
+  // float -> half rounding (nearest-even, overflow, subnormals) against the compiler's binary16.
   std::mt19937 rng(7);
   std::uniform_int_distribution<uint32_t> bits;
   bad = 0;
@@ -153,12 +164,12 @@ void TestConversions() {
     if (i % 2) u = (u & 0x83ffffffu) | 0x30000000u;  // bias towards the half range
     const float f = FloatOf(u);
     if (std::isnan(f)) continue;
-    const _Float16 native = static_cast<_Float16>(f);
+    const CompilerHalf native = static_cast<CompilerHalf>(f);
     uint16_t nb;
     std::memcpy(&nb, &native, 2);
     if (FloatToHalfBits(f) != nb) ++bad;
   }
-  Check(bad == 0, "float -> half matches _Float16 (round to nearest even) on 2M values");
+  Check(bad == 0, "float -> half matches the compiler's binary16 (round to nearest even) on 2M values");
 
   // double -> half / bfloat16 is one correct rounding (round-to-odd through float), also on
   // the values just off a halfway point where rounding through float would round twice.
@@ -176,7 +187,7 @@ void TestConversions() {
       const double unit = std::ldexp(1.0, e - bits);
       d = (std::floor(d / unit) + 0.5) * unit + (i % 4 < 2 ? 1 : -1) * std::ldexp(unit, -30);
     }
-    const _Float16 native = static_cast<_Float16>(d);  // a single rounding, by the compiler
+    const CompilerHalf native = static_cast<CompilerHalf>(d);  // a single rounding, by the compiler
     uint16_t nb;
     std::memcpy(&nb, &native, 2);
     if (FromDouble<Half>(d).bits != nb) ++bad_half;
@@ -307,7 +318,7 @@ void TestLateThreadsAgree() {
 // channel is summed again with compensated sums (bn_grad_cpu.cc). In each such channel dy holds
 // +2^50 and -2^50 (over equal x) among small multiples of 2^-10: the exact Σdy, the small
 // values' sum, is a float and must be offset_backprop exactly, and scale_backprop within an ulp
-// of the exact Σdy·(x − mean) (in __float128, where these terms add exactly) times 1/std; a
+// of the exact Σdy·(x − mean) (in binary128, where these terms add exactly) times 1/std; a
 // plain double sum loses the small terms' low bits to the large ones. Channels last, with few
 // such channels their vectors of 16 columns are summed again one by one (4x1024x200), with many
 // all at once (kRecomputeAllFraction); channels first, channel by channel. In both modes, on
@@ -330,7 +341,7 @@ void TestExactSumsWhereTermsCancel() {
         std::vector<double> want_dy(C), want_dy_xc(C);
         for (int64_t c = 0; c < C; c += every) {
           double sum_dy = 0.0;
-          __float128 sum_dy_xc = 0;
+          Binary128 sum_dy_xc = 0;
           for (int64_t e = 0; e < R; ++e) {
             float d = std::ldexp(static_cast<float>((e * 7 + c * 3) % 2001 - 1000), -10);
             if (e == R / 3 || e == 2 * R / 3) d = e == R / 3 ? 0x1p50f : -0x1p50f;
@@ -338,7 +349,7 @@ void TestExactSumsWhereTermsCancel() {
             in.dy[at(c, e)] = d;
             if (e != R / 3 && e != 2 * R / 3) sum_dy += d;  // small integers · 2^-10: exact
             const double xc = static_cast<double>(in.x[at(c, e)]) - in.mean[c];
-            sum_dy_xc += static_cast<__float128>(d) * static_cast<__float128>(xc);
+            sum_dy_xc += static_cast<Binary128>(d) * static_cast<Binary128>(xc);
           }
           want_dy[c] = sum_dy;
           want_dy_xc[c] = static_cast<double>(sum_dy_xc);
