@@ -12,6 +12,7 @@ the repository's benchmarks/harness/ and runs from a checkout (``make bench``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -66,6 +67,25 @@ def _round(op, kwargs: dict, sync) -> float:
     return statistics.median(times)
 
 
+def _time_case(tf, ops: dict, kwargs: dict, rounds: int) -> dict:
+    """Median seconds per call of each op that accepts the case (None where TF refuses it),
+    in rounds that alternate the order of the ops."""
+    available = {}
+    for name, op in ops.items():  # also the warm-up
+        try:
+            op(**kwargs)
+            available[name] = op
+        except tf.errors.InvalidArgumentError:
+            pass
+    sync = tf.test.experimental.sync_devices
+    samples = {name: [] for name in available}
+    for r in range(rounds):
+        for name in (list(available) if r % 2 == 0 else list(available)[::-1]):
+            samples[name].append(_round(available[name], kwargs, sync))
+    return {name: statistics.median(samples[name]) if name in samples else None
+            for name in ops}
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     import tensorflow as tf  # noqa: PLC0415
 
@@ -76,36 +96,17 @@ def run(args: argparse.Namespace) -> list[dict]:
     rng = np.random.default_rng(0)
     ops = {"ours": tf_fbn_ops.fused_batch_norm_grad_v3,
            "tensorflow": tf.raw_ops.FusedBatchNormGradV3}
-    sync = tf.test.experimental.sync_devices
     rows = []
-    device = tf.device(args.device) if args.device else None
-    if device is not None:
-        device.__enter__()
-    try:
+    with tf.device(args.device) if args.device else contextlib.nullcontext():
         for shape in shapes:
             for channels_last in (True, False):
                 for training in (True, False):
                     kwargs = _inputs(tf, shape, channels_last, training, rng)
-                    samples = {name: [] for name in ops}
-                    available = dict(ops)
-                    for name, op in ops.items():  # warm-up; TF refuses some cases
-                        try:
-                            op(**kwargs)[0].numpy()
-                        except tf.errors.InvalidArgumentError:
-                            del available[name]
-                    for r in range(rounds):
-                        order = list(available) if r % 2 == 0 else list(available)[::-1]
-                        for name in order:
-                            samples[name].append(_round(available[name], kwargs, sync))
                     rows.append({"shape": "x".join(map(str, shape)),
                                  "layout": "NHWC" if channels_last else "NCHW",
                                  "mode": "train" if training else "infer",
-                                 **{name: statistics.median(s) if s else None
-                                    for name, s in samples.items()}})
+                                 **_time_case(tf, ops, kwargs, rounds)})
                     print(_format(rows[-1]), flush=True)
-    finally:
-        if device is not None:
-            device.__exit__(None, None, None)
     return rows
 
 

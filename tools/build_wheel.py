@@ -88,19 +88,17 @@ def build(python: str, out: Path, cuda_toolkit: str) -> Path:
 def tensorflow_pythons(python: str) -> list[str]:
     """The CPython versions the installed TensorFlow wheel declares (its classifiers: the
     versions TensorFlow publishes wheels of that release for), as cp3X tags."""
-    code = ("import importlib.metadata as m, re\n"
+    code = ("import importlib.metadata as m\n"
             "for name in ('tensorflow', 'tensorflow-cpu'):\n"
-            "    try: md = m.metadata(name)\n"
-            "    except m.PackageNotFoundError: continue\n"
-            "    print(' '.join(re.sub(r'.*:: 3\\.(\\d+)$', r'cp3\\1', c) for c in "
-            "md.get_all('Classifier') or [] if re.match(r'Programming Language :: Python :: "
-            "3\\.\\d+$', c)))\n"
-            "    break")
-    tags = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                          check=True).stdout.split()
-    if not tags:
+            "    try: print('\\n'.join(m.metadata(name).get_all('Classifier') or [])); break\n"
+            "    except m.PackageNotFoundError: pass")
+    classifiers = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+    minors = [int(m.group(1)) for c in classifiers
+              if (m := re.fullmatch(r"Programming Language :: Python :: 3\.(\d+)", c))]
+    if not minors:
         raise SystemExit(f"{python}'s TensorFlow declares no CPython versions")
-    return sorted(tags, key=lambda t: int(t[3:]))
+    return [f"cp3{minor}" for minor in sorted(minors)]
 
 
 def requires_python() -> str:
