@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,6 +59,11 @@ def build(python: str, out: Path, cuda_toolkit: str) -> Path:
     floor = tensorflow_floor(python)
     plat = f"manylinux_{floor.replace('.', '_')}_x86_64"
     run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *AUDITWHEEL])
+    # setuptools stages the package in build/lib.* and build/bdist.* and never empties them:
+    # a module deleted from the sources would still ship. The compiled objects (build/temp.*)
+    # stay, keyed by what compiles them.
+    for staging in [*ROOT.glob("build/lib.*"), *ROOT.glob("build/bdist.*")]:
+        shutil.rmtree(staging)
     with tempfile.TemporaryDirectory() as raw:
         env = dict(os.environ, TF_FBN_OPS_GLIBC_FLOOR=floor)
         env.pop("TF_FBN_OPS_CUDA", None)  # a wheel always holds the CUDA kernels

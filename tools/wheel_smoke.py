@@ -145,6 +145,12 @@ def smoke(wheel: Path, tensorflow: str, cuda: str | None) -> None:
     check(any(n.endswith("tf_fbn_ops/_fbn_ops.so") for n in names), "wheel holds the library")
     check(not any("/tests/" in n or n.startswith("build_support/") for n in names),
           "no tests or build tools in the wheel")
+    shipped = {n for n in names if n.endswith(".py")}
+    sources = set(subprocess.run(["git", "ls-files", "tf_fbn_ops/*.py", "tf_fbn_ops/**/*.py"],
+                                 cwd=ROOT, capture_output=True, text=True,
+                                 check=True).stdout.split())
+    check(shipped <= sources | {"tf_fbn_ops/_build_info.py"},
+          f"only the package's own modules in the wheel (stale: {sorted(shipped - sources)})")
     print(f"wheel: {len(names)} files, {wheel.stat().st_size / 2**20:.1f} MiB")
 
 
