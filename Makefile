@@ -20,8 +20,10 @@
 # needed), test-large (a float16 tensor of more than 2^31
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # arm64-core-test (the CPU core cross-built for AArch64, its test and its bits under qemu),
+# wheel-aarch64 (the Linux AArch64 wheel, cross-compiled against TensorFlow's AArch64 wheel),
 # platform-test (the wheel installed and checked under every CPython it is tagged for, in
-# TensorFlow's CUDA build and in a Debian 13 root), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
+# TensorFlow's CUDA build, in a Debian 13 root and, the AArch64 wheel, in an arm64 root under
+# qemu), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
 # or network; tools/tf_cuda_bundle/, docs/gpu.md), bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
 # streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
 # installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary
@@ -38,6 +40,8 @@ TF_KERAS_PACKAGE ?= tf_keras==2.21.0
 # JAX (CPU), for the test of the FFI handlers as a library of their own in JAX's XLA; it runs in
 # processes of its own, never beside TensorFlow.
 JAX_PACKAGE ?= jax==0.8.1
+# auditwheel, which the wheels are checked with; the tests check how a cross build calls it.
+AUDITWHEEL_PACKAGE ?= auditwheel==6.8.2
 # Benchmark-only dependencies (make bench): PyTorch is one of the compared implementations,
 # matplotlib draws results.png.
 BENCH_PACKAGES ?= torch==2.13.0 matplotlib
@@ -61,7 +65,7 @@ CORE_FLAGS := -std=c++17 -ffp-contract=off -I. -pthread
 
 PY      := $(VENV)/bin/python
 # The stamp's name changes with the package list, so that existing environments get the new one.
-DEPS    := $(VENV)/.deps-installed-3
+DEPS    := $(VENV)/.deps-installed-4
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
@@ -76,7 +80,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
-        tf-cuda-bundle platform-test sdist arm64-core-test \
+        tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 \
         xla-ffi-test clean
 
 demo: lib
@@ -94,7 +98,7 @@ core-test: $(CORE_TEST)
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip "setuptools>=77" wheel
-	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest pytest-xdist hypothesis
+	$(PY) -m pip install --quiet "$(TF_PACKAGE)" pytest pytest-xdist hypothesis "$(AUDITWHEEL_PACKAGE)"
 	$(PY) -m pip install --quiet --no-deps "$(TF_KERAS_PACKAGE)"
 	$(PY) -m pip install --quiet "$(JAX_PACKAGE)"
 	touch $@
@@ -325,11 +329,18 @@ sdist: $(DEPS)
 arm64-core-test:
 	tools/arm64_core_check.sh
 
+# The Linux AArch64 wheel, cross-compiled here against TensorFlow's own AArch64 wheel, which an
+# arm64 Debian root under qemu holds (made on first use in build/platform/arm64; root needed).
+wheel-aarch64: $(DEPS)
+	$(PY) tools/build_wheel_aarch64.py --out dist
+
 # The newest wheel in dist/, installed and checked under every CPython it is tagged for that this
 # machine has, under TensorFlow's CUDA build, and in a Debian 13 root (debootstrap; root needed).
-# PLATFORMS names a subset (pythons cuda-build debian13). Downloads TensorFlow per environment.
+# PLATFORMS names a subset (pythons cuda-build debian13 arm64 sdist). Downloads TensorFlow per
+# environment. arm64 needs the AArch64 wheel (built first when it is among them) and takes the
+# longest: everything runs under qemu.
 PLATFORMS ?=
-platform-test: wheel
+platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,all)),wheel-aarch64)
 	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) $(PLATFORMS)
 
 # TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that

@@ -28,6 +28,10 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
   TF_FBN_OPS_XLA_FFI     0: under XLA the ops compile to the HLO lowering even where TensorFlow
                          ships XLA's FFI headers (2.20 on), which otherwise make them custom calls
   TF_FBN_OPS_SANITIZE    1: build with AddressSanitizer and UndefinedBehaviorSanitizer (make sanitize)
+  TF_FBN_OPS_TARGET      a cross build: the description of the TensorFlow of another machine
+                         (build_support/target_tensorflow.py; CXX then names a cross compiler,
+                         OBJDUMP its objdump; CPU kernels only). tools/build_wheel_aarch64.py
+                         makes the Linux AArch64 wheel this way.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # build_support/, beside this file
 
-from build_support import cuda_toolkit, glibc_floor, versioning  # noqa: E402
+from build_support import cuda_toolkit, glibc_floor, target_tensorflow, versioning  # noqa: E402
 PACKAGE = "tf_fbn_ops"
 LIBRARY = "_fbn_ops.so"
 VERSION = versioning.RELEASE
@@ -150,7 +154,11 @@ def xla_ffi_missing_reason(include: Path, no_xla_reason: str | None) -> str | No
 
 
 def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
-    """Compile flags, link flags, version, include and library folders of this TensorFlow."""
+    """Compile flags, link flags, version, include and library folders of the TensorFlow the
+    library is for: the installed one, or the cross build's target."""
+    target = target_tensorflow.description()
+    if target:
+        return target_tensorflow.build_flags(target)
     try:
         import tensorflow as tf  # noqa: PLC0415 - only needed when building
     except ImportError:
@@ -160,7 +168,11 @@ def tensorflow_build_flags() -> tuple[list[str], list[str], str, Path, Path]:
 
 
 def installed_tensorflow_version() -> str | None:
-    """The installed TensorFlow's version from its package metadata (no import), or None."""
+    """The installed TensorFlow's version from its package metadata (no import), or None; a
+    cross build's target's version."""
+    target = target_tensorflow.description()
+    if target:
+        return str(target["version"])
     dist = versioning.installed_tensorflow()
     return dist.version if dist else None
 
@@ -226,14 +238,18 @@ class BuildTensorFlowOps(build_ext):
                     else "custom calls of the FFI handlers")
             print(f"tf-fbn-ops: under XLA the ops compile to {path}", file=sys.stderr)
         ffi_define = [] if no_ffi_reason else ["-DFBN_XLA_FFI=1"]
-        cuda = cuda_toolkit.find_toolkit(ROOT / "build")
+        target = target_tensorflow.description()
+        if target and os.environ.get("TF_FBN_OPS_CUDA") == "1":
+            raise SystemExit("tf-fbn-ops: a cross build has CPU kernels only (TF_FBN_OPS_CUDA=1 "
+                             f"with {target_tensorflow.TARGET_VARIABLE})")
+        cuda = None if target else cuda_toolkit.find_toolkit(ROOT / "build")
         cuda_version = cuda.version() if cuda else None
         if cuda:
             print(f"tf-fbn-ops: CUDA kernels built with CUDA {cuda_version} from {cuda.origin} "
                   f"({cuda.root}); they need an NVIDIA driver "
                   f"{cuda_toolkit.minimum_driver(cuda_version)} or newer", file=sys.stderr)
         floor, floor_required = glibc_floor_setting()
-        if floor and not floor_required and shutil.which("objdump") is None:
+        if floor and not floor_required and shutil.which(glibc_floor.objdump()) is None:
             print("tf-fbn-ops: no objdump (binutils) here to check the library's glibc floor; "
                   "it is linked for this system only", file=sys.stderr)
             floor = None
@@ -250,6 +266,7 @@ class BuildTensorFlowOps(build_ext):
             "xla": (xla_cflags, xla_lflags, no_xla_reason),
             "xla_ffi": no_ffi_reason,
             "glibc_floor": floor,
+            "target": target["machine"] if target else None,
         })
         obj_dir = Path(self.build_temp) / f"objects-{key}"
         obj_dir.mkdir(parents=True, exist_ok=True)

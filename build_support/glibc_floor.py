@@ -15,13 +15,14 @@ libstdc++ is handled by linker wrapping, not stubs: see cc/kernels/libstdcxx_flo
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from build_support import versioning
+from build_support import target_tensorflow, versioning
 
 # Where glibc before 2.34 keeps the functions that 2.34 moved into libc. A stub library with
 # the old home's name (not libc.so.6: the linker would then drop the real libc as a duplicate)
@@ -57,11 +58,22 @@ _DYNAMIC_SYMBOL = re.compile(r"\s(\*UND\*|\.\S+)\s+[0-9a-f]+\s+(?:Base\s+)?\(?([
 LEGACY_MANYLINUX = {"manylinux2014": "2.17", "manylinux2010": "2.12", "manylinux1": "2.5"}
 
 
+def objdump() -> str:
+    """The objdump that reads the library: OBJDUMP (a cross build's, e.g.
+    aarch64-linux-gnu-objdump), else the system's."""
+    return os.environ.get("OBJDUMP") or "objdump"
+
+
 def tensorflow_wheel_floor() -> str | None:
-    """The glibc version in the installed TensorFlow wheel's platform tag, e.g. "2.27"."""
-    dist = versioning.installed_tensorflow()
-    wheel = (dist.read_text("WHEEL") or "") if dist else ""
-    for tag in re.findall(r"^Tag: \S+-\S+-(\S+)$", wheel, re.M):
+    """The glibc version in the platform tag of the installed TensorFlow wheel (or of a cross
+    build's target), e.g. "2.27"."""
+    target = target_tensorflow.description()
+    if target:
+        tags = list(target["wheel_tags"])
+    else:
+        dist = versioning.installed_tensorflow()
+        tags = re.findall(r"^Tag: (\S+)$", (dist.read_text("WHEEL") or "") if dist else "", re.M)
+    for tag in (t.split("-")[-1] for t in tags):
         found = re.match(r"manylinux_(\d+)_(\d+)_", tag)
         if found:
             return f"{found.group(1)}.{found.group(2)}"
@@ -101,7 +113,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 
 def dynamic_symbols(library: Path) -> list[tuple[bool, str, str]]:
     """(is_import, version, name) of every versioned dynamic symbol of `library`."""
-    out = subprocess.run(["objdump", "-T", str(library)], capture_output=True, text=True,
+    out = subprocess.run([objdump(), "-T", str(library)], capture_output=True, text=True,
                          check=True).stdout
     found = []
     for line in out.splitlines():

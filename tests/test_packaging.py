@@ -251,3 +251,67 @@ def test_an_sdist_for_another_tensorflow_names_the_one_to_use(tmp_path: Path, mo
                                          rf"this environment has {tf.__version__}.*"
                                          rf"tf-fbn-ops=={needed}"):
         setup_module.require_matching_tensorflow_for(["bdist_wheel"])
+
+
+def _description(tmp_path: Path, **extra) -> Path:
+    """A cross build's target description, as build_support/target_tensorflow.py writes it."""
+    import json  # noqa: PLC0415
+    description = {
+        "compile_flags": ["-I/opt/t/site-packages/tensorflow/include",
+                          "-D_GLIBCXX_USE_CXX11_ABI=1", "--std=c++17"],
+        "link_flags": ["-L/opt/t/site-packages/tensorflow", "-l:libtensorflow_framework.so.2"],
+        "include": "/opt/t/site-packages/tensorflow/include",
+        "lib": "/opt/t/site-packages/tensorflow", "version": "2.21.0",
+        "distribution": "tensorflow",
+        "wheel_tags": ["cp311-cp311-manylinux_2_27_aarch64"],
+        "classifiers": ["Programming Language :: Python :: 3.10",
+                        "Programming Language :: Python :: 3.13"],
+        "machine": "aarch64", "sysroot": str(tmp_path / "root"), **extra}
+    path = tmp_path / "tensorflow.json"
+    path.write_text(json.dumps(description))
+    return path
+
+
+def test_a_cross_build_reads_its_target_below_the_sysroot(tmp_path: Path, monkeypatch) -> None:
+    from build_support import glibc_floor, target_tensorflow  # noqa: PLC0415
+    monkeypatch.setenv("TF_FBN_OPS_TARGET", str(_description(tmp_path)))
+    target = target_tensorflow.description()
+    cflags, lflags, version, include, lib = target_tensorflow.build_flags(target)
+    root = tmp_path / "root"
+    assert cflags[0] == f"-I{root}/opt/t/site-packages/tensorflow/include"
+    assert cflags[1:] == ["-D_GLIBCXX_USE_CXX11_ABI=1", "--std=c++17"]
+    assert lflags == [f"-L{root}/opt/t/site-packages/tensorflow",
+                      "-l:libtensorflow_framework.so.2"]
+    assert (version, include, lib) == ("2.21.0", root / "opt/t/site-packages/tensorflow/include",
+                                       root / "opt/t/site-packages/tensorflow")
+    assert glibc_floor.tensorflow_wheel_floor() == "2.27"
+
+
+def test_a_cross_build_description_must_be_complete(tmp_path: Path, monkeypatch) -> None:
+    from build_support import target_tensorflow  # noqa: PLC0415
+    monkeypatch.setenv("TF_FBN_OPS_TARGET", str(_description(tmp_path, sysroot=None)).replace(
+        "tensorflow.json", "missing.json"))
+    with pytest.raises(SystemExit, match="not a readable description"):
+        target_tensorflow.description()
+    path = _description(tmp_path)
+    path.write_text(path.read_text().replace('"sysroot"', '"elsewhere"'))
+    monkeypatch.setenv("TF_FBN_OPS_TARGET", str(path))
+    with pytest.raises(SystemExit, match="lacks sysroot"):
+        target_tensorflow.description()
+
+
+def test_a_cross_wheel_takes_its_pythons_and_auditwheel_policy_from_the_target(
+        tmp_path: Path) -> None:
+    import json  # noqa: PLC0415
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import build_wheel  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    description = json.loads(_description(tmp_path).read_text())
+    assert build_wheel.tensorflow_pythons(sys.executable, description) == ["cp310", "cp313"]
+    command = build_wheel.auditwheel(sys.executable, description)
+    shown = subprocess.run([*command, "repair", "--help"], capture_output=True, text=True,
+                           env=build_wheel.tool_env(sys.executable))
+    assert shown.returncode == 0, shown.stderr  # make's environment has auditwheel
+    assert "manylinux_2_27_aarch64" in shown.stdout

@@ -8,6 +8,10 @@ Environments (all by default, or the ones named):
               kernels must register (no GPU is needed for that)
   debian13    a Debian 13 (trixie) root made by debootstrap (cached in build/platform/), its
               own python3.13, a virtual environment with `WHEEL[tensorflow-cpu]`
+  arm64       a Debian 12 arm64 root run by qemu (the one make wheel-aarch64 builds in), its
+              python3.11, the AArch64 wheel beside WHEEL with `[tensorflow]` (TensorFlow's
+              AArch64 wheel); then tools/op_digest.py there and with WHEEL here: every case's
+              bits must match
   sdist       the source distribution beside the wheel (make sdist), built by pip in a new
               environment with tensorflow-cpu of the wheel's minor
 In each: `python -m tf_fbn_ops info` and `python -m tf_fbn_ops check` (every op, dtype, layout
@@ -16,7 +20,8 @@ jit_compile=True, and a Keras 3 training step against Keras' layer) must pass. E
 environment's output goes to build/platform/ENV.log; the summary gives setup and check times.
 
 Usage: python tools/platform_test.py WHEEL [ENV ...]
-Needs network access to PyPI (and to Debian's archive for debian13, and root for its chroot).
+Needs network access to PyPI (and to Debian's archive for debian13 and arm64, and root for
+their chroots).
 """
 
 from __future__ import annotations
@@ -31,23 +36,15 @@ import time
 import zipfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from debian_root import WORK, DebianRoot, run  # noqa: E402
+from debian_root import RootError as Failed  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "build" / "platform"
-DEBIAN_SUITE = "trixie"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
 CHECKS = ["-m", "tf_fbn_ops", "check"]
 
 
-class Failed(Exception):
-    pass
-
-
-def run(command: list[str], log, **kwargs) -> None:
-    log.write("$ " + " ".join(command) + "\n")
-    log.flush()
-    result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, **kwargs)
-    if result.returncode != 0:
-        raise Failed(f"exit {result.returncode}: {' '.join(command)}")
+ARM64 = DebianRoot("arm64", "bookworm", "arm64")  # the one build_wheel_aarch64.py builds in
 
 
 def wheel_pythons(wheel: Path) -> list[str]:
@@ -75,14 +72,13 @@ def in_venv(python: str, venv: Path, requirement: str, log, extra: list[str]) ->
     return str(venv / "bin" / "python"), time.time() - start
 
 
-def check(python: str, log, prefix: list[str] | None = None) -> float:
+def check(python: str, log, root: DebianRoot | None = None) -> float:
     """info and check, from a folder outside the checkout; returns the seconds they took."""
     start = time.time()
     with tempfile.TemporaryDirectory() as cwd:
         for arguments in (["-m", "tf_fbn_ops", "info"], CHECKS):
-            if prefix:  # inside a chroot: its own /tmp
-                run([*prefix, "/bin/sh", "-c", f"cd /tmp && {python} {' '.join(arguments)}"],
-                    log)
+            if root:  # inside a chroot: its own /tmp
+                root.inside(f"cd /tmp && {python} {' '.join(arguments)}", log)
             else:
                 run([python, *arguments], log, cwd=cwd)
     return time.time() - start
@@ -125,49 +121,80 @@ def env_cuda_build(wheel: Path, log) -> list[str]:
             f"check {checked:.0f} s"]
 
 
+DEBIAN13 = DebianRoot("debian13", "trixie")
+
+
+def checked_in_root(root: DebianRoot, wheel: Path, extra: str, log, then=None) -> tuple:
+    """The root (made once), a new /opt/venv there with WHEEL[extra], its system's versions in
+    the log, info and check inside; then(root) while it is still mounted. Returns the seconds
+    of making the root (0 when cached), of the setup and of the check, and then's result."""
+    made = root.ensure(log)
+    shutil.copy(wheel, root.host_path(f"/tmp/{wheel.name}"))
+    with root.mounted(log):
+        start = time.time()
+        root.inside("rm -rf /opt/venv && python3 -m venv /opt/venv && "
+                    f"/opt/venv/bin/pip install -q '/tmp/{wheel.name}[{extra}]'", log)
+        setup = time.time() - start
+        root.inside("uname -m; cat /etc/debian_version; python3 --version", log)
+        checked = check("/opt/venv/bin/python", log, root=root)
+        return made, setup, checked, then(root) if then else None
+
+
 def env_debian13(wheel: Path, log) -> list[str]:
-    if os.geteuid() != 0:
-        raise Failed("debian13 needs root (debootstrap and chroot)")
-    root = WORK / "debian13"
-    start = time.time()
-    if not (root / "usr" / "bin" / "python3").exists():
-        if shutil.which("debootstrap") is None:
-            run(["apt-get", "install", "-y", "-q", "debootstrap"], log)
-        partial = WORK / "debian13.partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        run(["debootstrap", "--variant=minbase",
-             "--include=python3,python3-venv,python3-pip,ca-certificates", DEBIAN_SUITE,
-             str(partial), DEBIAN_MIRROR], log)
-        partial.rename(root)
-    made = time.time() - start
-    # The host's resolver and certificate bundle (with a proxy's CA, where there is one) as the
-    # root's own: pip reads the system's store there.
-    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
-    bundle = root / "etc" / "ssl" / "certs" / "ca-certificates.crt"
-    bundle.unlink(missing_ok=True)
-    shutil.copy("/etc/ssl/certs/ca-certificates.crt", bundle)
-    shutil.copy(wheel, root / "tmp" / wheel.name)
-    mounts = [root / "proc", root / "dev"]
-    run(["mount", "-t", "proc", "proc", str(mounts[0])], log)
-    try:
-        run(["mount", "--bind", "/dev", str(mounts[1])], log)
-        try:
-            inside = ["chroot", str(root), "/usr/bin/env", "-i", "HOME=/root",
-                      "PATH=/usr/local/bin:/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK=1",
-                      "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt",
-                      "PIP_CERT=/etc/ssl/certs/ca-certificates.crt"]
-            start = time.time()
-            run([*inside, "/bin/sh", "-c", "rm -rf /opt/venv && python3 -m venv /opt/venv && "
-                 f"/opt/venv/bin/pip install -q '/tmp/{wheel.name}[tensorflow-cpu]'"], log)
-            setup = time.time() - start
-            run([*inside, "/bin/sh", "-c", "cat /etc/debian_version; python3 --version"], log)
-            checked = check("/opt/venv/bin/python", log, prefix=inside)
-        finally:
-            run(["umount", str(mounts[1])], log)
-    finally:
-        run(["umount", str(mounts[0])], log)
-    return [f"Debian 13 ({DEBIAN_SUITE}), its CPython 3.13: root {made:.0f} s (0 when cached), "
-            f"setup {setup:.0f} s, check {checked:.0f} s"]
+    made, setup, checked, _ = checked_in_root(DEBIAN13, wheel, "tensorflow-cpu", log)
+    return [f"Debian 13 ({DEBIAN13.suite}), its CPython 3.13: root {made:.0f} s (0 when "
+            f"cached), setup {setup:.0f} s, check {checked:.0f} s"]
+
+
+def aarch64_wheel(wheel: Path) -> Path:
+    """The Linux AArch64 wheel of the same version beside `wheel` (make wheel-aarch64)."""
+    version = wheel.name.split("-")[1]
+    found = sorted(wheel.parent.glob(f"tf_fbn_ops-{version}-*_aarch64.whl"),
+                   key=lambda p: p.stat().st_mtime)
+    if not found:
+        raise Failed(f"no AArch64 wheel of {version} beside {wheel.name} (make wheel-aarch64)")
+    return found[-1]
+
+
+def op_digest(python: str, log, root: DebianRoot | None = None) -> list[str]:
+    """tools/op_digest.py's lines, run by `python` (inside `root` when given)."""
+    if root:
+        shutil.copy(ROOT / "tools" / "op_digest.py", root.host_path("/tmp/op_digest.py"))
+        out = root.host_path("/tmp/op_digest.txt")
+        root.inside(f"cd /tmp && {python} /tmp/op_digest.py > /tmp/op_digest.txt", log)
+    else:
+        out = WORK / "op_digest_x86_64.txt"
+        with out.open("w") as f, tempfile.TemporaryDirectory() as cwd:
+            log.write(f"$ {python} tools/op_digest.py > {out}\n")
+            if subprocess.run([python, str(ROOT / "tools" / "op_digest.py")], stdout=f,
+                              stderr=log, cwd=cwd).returncode != 0:
+                raise Failed(f"{python} tools/op_digest.py failed")
+    lines = out.read_text().splitlines()
+    log.write("\n".join(lines) + "\n")
+    return lines
+
+
+def env_arm64(wheel: Path, log) -> list[str]:
+    """TensorFlow's AArch64 wheel and ours in an arm64 root under qemu; then the ops' bits
+    there against this machine's x86-64 wheel, case by case."""
+    arm_wheel = aarch64_wheel(wheel)
+
+    def timed_digest(root: DebianRoot) -> tuple[list[str], float]:
+        start = time.time()
+        return op_digest("/opt/venv/bin/python", log, root=root), time.time() - start
+
+    made, setup, checked, (theirs, digest_s) = checked_in_root(ARM64, arm_wheel, "tensorflow",
+                                                               log, timed_digest)
+    x86_python, _ = in_venv(sys.executable, WORK / "venv-digest", f"{wheel}[tensorflow-cpu]",
+                            log, [])
+    ours = op_digest(x86_python, log)
+    differ = [a for a, b in zip(theirs, ours) if a != b]
+    if len(theirs) != len(ours) or differ:
+        raise Failed(f"AArch64 bits differ from x86-64's in {len(differ)} of {len(ours) - 1} "
+                     f"cases (first: {(differ or theirs)[0]})")
+    return [f"AArch64 under qemu, Debian 12 ({ARM64.suite}), its CPython 3.11, {arm_wheel.name}: "
+            f"root {made:.0f} s (0 when cached), setup {setup:.0f} s, check {checked:.0f} s",
+            f"AArch64 op bits = x86-64 op bits: {ours[-1]} ({digest_s:.0f} s under qemu)"]
 
 
 def env_sdist(wheel: Path, log) -> list[str]:
@@ -202,7 +229,7 @@ def tensorflow_version(wheel: Path) -> str:
 
 
 ENVIRONMENTS = {"pythons": env_pythons, "cuda-build": env_cuda_build, "debian13": env_debian13,
-                "sdist": env_sdist}
+                "arm64": env_arm64, "sdist": env_sdist}
 
 
 def main(argv: list[str]) -> int:
