@@ -70,6 +70,7 @@ BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
 CORE_TEST := build/core_test
+CORE_STAGES_TEST := build/core_stages_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
@@ -92,8 +93,9 @@ test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-l
 
 lib: $(LIBRARY)
 
-core-test: $(CORE_TEST)
+core-test: $(CORE_TEST) $(CORE_STAGES_TEST)
 	./$(CORE_TEST)
+	./$(CORE_STAGES_TEST)
 
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
@@ -112,6 +114,11 @@ $(LIBRARY): $(DEPS) $(CC_FILES) setup.py
 $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_test.cc -o $@
+
+# Synchronized batch norm's two stages against one call and the reference (core_stages_test.cc).
+$(CORE_STAGES_TEST): $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_stages_test.cc -o $@
 
 # The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
@@ -279,6 +286,10 @@ sanitize: $(DEPS)
 	    -fno-sanitize-recover=all -fno-omit-frame-pointer cc/core/*.cc cc/tests/core_test.cc \
 	    -o $(SANITIZE_DIR)/core_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
+	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
+	    -fno-sanitize-recover=all -fno-omit-frame-pointer cc/core/*.cc \
+	    cc/tests/core_stages_test.cc -o $(SANITIZE_DIR)/core_stages_test
+	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_stages_test
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
 	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
 	    --build-temp $(SANITIZE_DIR)/temp

@@ -117,10 +117,23 @@ def test_fused_layouts(shape, axis, data_format):
 
 
 @pytest.mark.parametrize("setting", [
-    dict(renorm=True), dict(synchronized=True), dict(epsilon=1e-6), dict(epsilon=1e-5)])
+    dict(renorm=True), dict(epsilon=1e-6), dict(epsilon=1e-5)])
 def test_fallback_settings(setting):
     assert fbn_keras.BatchNormalization(**setting).fused_data_format(tf.zeros([2, 3, 3, 4])) \
         is None
+
+
+def test_synchronized_fuses_except_under_xla():
+    """synchronized=True runs the synchronized ops (tests/test_sync_batch_norm.py); they have no
+    XLA kernels yet, so under jit_compile the layer is Keras' own."""
+    layer = fbn_keras.BatchNormalization(synchronized=True)
+    assert layer.fused_data_format(tf.zeros([2, 3, 3, 4])) == "NHWC"
+
+    @tf.function(jit_compile=True)
+    def compiled(x):
+        return tf.constant(layer.fused_data_format(x) is None)
+
+    assert bool(compiled(tf.zeros([2, 3, 3, 4])))
 
 
 def test_fallback_dtypes_and_masks():

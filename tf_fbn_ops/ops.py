@@ -111,3 +111,63 @@ def fused_batch_norm_grad_v3(
         y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
         reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
         data_format=data_format, is_training=is_training, name=name)
+
+
+def sync_batch_norm_grad_sums(
+    y_backprop: TensorLike,
+    x: TensorLike,
+    mean: TensorLike,
+    data_format: str = "NHWC",
+    name: str | None = None,
+) -> NamedTuple:
+    """First half of synchronized batch norm's backward: this replica's per-channel sums.
+
+    Args:
+      y_backprop: gradient of the batch-norm output, float32, float16 or bfloat16, 4-D or 5-D
+        as ``data_format`` names.
+      x: input of the forward pass, same shape and dtype.
+      mean: ``[C]`` float32 batch mean over every replica (what the forward normalized with).
+      data_format: ``"NHWC"``, ``"NCHW"``, ``"NDHWC"`` or ``"NCDHW"``.
+      name: optional op name.
+
+    Returns:
+      ``(sum_dy, sum_dy_xc)``: ``[C]`` float64 Σ dy and Σ dy·(x − mean) over this replica's
+      batch, unrounded, for adding up across replicas.
+    """
+    return _call_op("fbn_sync_batch_norm_grad_sums", y_backprop=y_backprop, x=x, mean=mean,
+                    data_format=data_format, name=name)
+
+
+def sync_batch_norm_grad_from_sums(
+    y_backprop: TensorLike,
+    x: TensorLike,
+    scale: TensorLike,
+    mean: TensorLike,
+    variance: TensorLike,
+    sum_dy: TensorLike,
+    sum_dy_xc: TensorLike,
+    count: TensorLike,
+    epsilon: float = 0.0001,
+    data_format: str = "NHWC",
+    name: str | None = None,
+) -> NamedTuple:
+    """Second half of synchronized batch norm's backward: x_backprop from the global sums.
+
+    Args:
+      y_backprop, x: as for `sync_batch_norm_grad_sums`.
+      scale: ``[C]`` float32 scale (gamma).
+      mean, variance: ``[C]`` float32 batch mean and (biased) variance over every replica.
+      sum_dy, sum_dy_xc: ``[C]`` float64 sums of `sync_batch_norm_grad_sums` over every replica.
+      count: int64 scalar, the elements per channel over every replica (at least this
+        replica's own).
+      epsilon: added to the variance.
+      data_format, name: as for `sync_batch_norm_grad_sums`.
+
+    Returns:
+      ``(x_backprop, scale_backprop, offset_backprop)``: this replica's x gradient, and the
+      scale and offset gradients of the whole batch (the same on every replica). With one
+      replica, the bits of `fused_batch_norm_grad_v3` in training mode.
+    """
+    return _call_op("fbn_sync_batch_norm_grad_from_sums", y_backprop=y_backprop, x=x,
+                    scale=scale, mean=mean, variance=variance, sum_dy=sum_dy, sum_dy_xc=sum_dy_xc,
+                    count=count, epsilon=epsilon, data_format=data_format, name=name)

@@ -49,6 +49,17 @@ struct Shape {
   }
 };
 
+// Synchronized batch norm (batch statistics over several replicas) splits training's backward
+// around one exchange of per-channel sums: each replica computes its own Σ dy and
+// Σ dy·(x − mean) (kSums), the replicas add them up, and each computes its x_backprop and the
+// global scale and offset gradients from the global sums (kDxFromSums). With one replica the two
+// stages give the bits of kWhole: the same sums, the same coefficients, the same x_backprop loops.
+enum class Stage {
+  kWhole,       // the gradient of one call (the ops)
+  kSums,        // training only: Tensors::sum_dy and sum_dy_xc, nothing else
+  kDxFromSums,  // training only: outputs from Tensors::global_sum_dy and global_sum_dy_xc
+};
+
 struct Params {
   Shape shape;
   float epsilon = 1e-4f;
@@ -57,6 +68,9 @@ struct Params {
   // deviation 1/sqrt(var + eps) that the GPU forward (cuDNN) saves, not the variance, and
   // epsilon is not used. The CPU ops never set it; inference mode always takes a variance.
   bool saved_inv_std = false;
+  Stage stage = Stage::kWhole;
+  // kDxFromSums: elements per channel over every replica, the count the global sums are of.
+  int64_t global_count = 0;
 
   // 1/sqrt(var + eps) of a channel, from that channel's reserve_space_2 value.
   FBN_HOST_DEVICE double InvStd(float reserve_space_2) const {
@@ -79,6 +93,12 @@ struct Tensors {
   T* x_backprop = nullptr;
   float* scale_backprop = nullptr;
   float* offset_backprop = nullptr;
+  // Stage::kSums writes this replica's Σ dy and Σ dy·(x − mean) per channel here.
+  double* sum_dy = nullptr;
+  double* sum_dy_xc = nullptr;
+  // Stage::kDxFromSums reads the sums over every replica here.
+  const double* global_sum_dy = nullptr;
+  const double* global_sum_dy_xc = nullptr;
 };
 
 // Runs fn(begin, end) over sub-ranges covering [0, count) exactly once, possibly in parallel.

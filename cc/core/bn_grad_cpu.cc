@@ -19,6 +19,9 @@
 //   - Otherwise training makes two sweeps, sums then x_backprop; the second visits the units
 //     in reverse, starting with the data the first sweep touched last and left in the caches.
 //   - Inference needs no sums for x_backprop: one sweep computes both.
+// The stages of synchronized batch norm (Stage, bn_grad.h) run the same units: kSums only the
+// sums (the first sweep), kDxFromSums only x_backprop (the second sweep, or the x_backprop half
+// of a fused unit), from coefficients made of the global sums.
 //
 // Determinism: units depend on the shape only, each unit writes its own partial sums, and
 // partials are combined per channel in unit order. The thread count changes which thread runs
@@ -160,6 +163,7 @@ class Call {
         loops(loops),
         s(params.shape.canonical()),
         training(params.is_training),
+        stage(params.stage),
         stream_dx(StreamDx(s, t, streaming_footprint)),
         params_(params),
         parallel_for_(parallel_for) {
@@ -170,10 +174,12 @@ class Call {
     scale_inv_std = values + C;
     dy_mean = values + 2 * C;
     xc_coef = values + 3 * C;
+    // kSums reads neither scale nor variance (its tensors may not hold them).
+    const bool sums_only = params.stage == Stage::kSums;
     for (int64_t c = 0; c < C; ++c) {
-      inv_std_[c] = params_.InvStd(t.variance[c]);
+      inv_std_[c] = sums_only ? 0.0 : params_.InvStd(t.variance[c]);
       mean[c] = static_cast<F>(t.mean[c]);
-      scale_inv_std[c] = static_cast<F>(t.scale[c] * inv_std_[c]);
+      scale_inv_std[c] = sums_only ? F(0) : static_cast<F>(t.scale[c] * inv_std_[c]);
       dy_mean[c] = F(0);
       xc_coef[c] = F(0);
     }
@@ -192,21 +198,43 @@ class Call {
     RunSweeps(parallel_for_, PlanOf(count, unit_elements), first, between, second);
   }
 
-  // Channel c's outputs, and in training its coefficients, from its sums.
+  // Whether x_backprop waits for the sums (training's coefficients) and is written by this call.
+  bool TrainingDx() const { return training && stage != Stage::kSums; }
+  // Whether the sums are formed here (all but kDxFromSums, which is given them).
+  bool Sums() const { return stage != Stage::kDxFromSums; }
+
+  // Channel c's outputs, and in training its coefficients, from its sums (kSums: the sums
+  // are the output).
   void Finish(int64_t c, double sum_dy, double sum_dy_xc) const {
     // A NaN sum becomes the default quiet NaN: which of several NaN inputs' payloads would
     // survive depends on operand order inside vector instructions, which must not decide bits.
     if (std::isnan(sum_dy)) sum_dy = std::numeric_limits<double>::quiet_NaN();
     if (std::isnan(sum_dy_xc)) sum_dy_xc = std::numeric_limits<double>::quiet_NaN();
+    if (stage == Stage::kSums) {
+      t.sum_dy[c] = sum_dy;
+      t.sum_dy_xc[c] = sum_dy_xc;
+      return;
+    }
     t.offset_backprop[c] = static_cast<float>(sum_dy);
     t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std_[c]);
     if (!training) return;
     // var + eps == 0: factoring inv_std out of the sum would turn TF's per-term infinities and
-    // NaNs into a different result, so that channel is summed again in TF's grouping.
-    if (std::isinf(inv_std_[c])) t.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(c));
-    const double rest = static_cast<double>(s.rest());
+    // NaNs into a different result, so that channel is summed again in TF's grouping (one
+    // call only: the global sums leave no terms to regroup).
+    if (std::isinf(inv_std_[c]) && stage == Stage::kWhole) {
+      t.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(c));
+    }
+    const double rest = static_cast<double>(
+        stage == Stage::kDxFromSums ? params_.global_count : s.rest());
     dy_mean[c] = static_cast<F>(sum_dy / rest);
     xc_coef[c] = static_cast<F>(inv_std_[c] * inv_std_[c] * (sum_dy_xc / rest));
+  }
+
+  // kDxFromSums: every channel finished from the global sums, before any x_backprop.
+  void FinishFromGlobalSums() const {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      Finish(c, t.global_sum_dy[c], t.global_sum_dy_xc[c]);
+    }
   }
 
   // Fills columns [0, count) of `columns` with the values of channel channel_of(j); the
@@ -229,6 +257,7 @@ class Call {
   const CpuLoops<T>& loops;
   const Shape s;  // canonical
   const bool training;
+  const Stage stage;
   // x_backprop is written with non-temporal stores (StreamDx).
   const bool stream_dx;
   // Per channel: mean, scale · inv_std, and (training, once finished) the dx coefficients.
@@ -361,8 +390,13 @@ void RunRows(const Call<T, float>& call) {
     FinishFromPartials(call, partials, blocks.count);
     return;
   }
-  auto finish = [&] {
+  if (!call.TrainingDx()) {  // kSums
+    call.RunUnits(blocks.count, blocks.size * C, sums);
     FinishFromPartials(call, partials, blocks.count);
+    return;
+  }
+  auto finish = [&] {
+    if (call.Sums()) FinishFromPartials(call, partials, blocks.count);
     call.Expand(k, columns, [C](int64_t j) { return j % C; }, true);
   };
   auto dx = [&](int64_t b) {
@@ -371,6 +405,12 @@ void RunRows(const Call<T, float>& call) {
                              rows, width, k.coefficients(), call.stream_dx);
     });
   };
+  if (!call.Sums()) {
+    call.FinishFromGlobalSums();
+    finish();
+    call.RunUnits(blocks.count, blocks.size * C, dx);
+    return;
+  }
   call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
@@ -402,6 +442,14 @@ void RunPlanes(const Call<T, float>& call) {
   };
   auto channel_of = [S](int64_t c0) { return [c0, S](int64_t j) { return c0 + j / S; }; };
 
+  auto dx_unit = [&](int64_t u) {
+    const Unit w = unit_of(u);
+    float column_data[4][kMaxUnitColumns];
+    const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
+    call.Expand(k, w.width, channel_of(w.c0), true);
+    loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
+                           stride, w.rows, w.width, k.coefficients(), call.stream_dx);
+  };
   auto first_sweep = [&](int64_t u) {
     const Unit w = unit_of(u);
     float column_data[4][kMaxUnitColumns];
@@ -431,28 +479,26 @@ void RunPlanes(const Call<T, float>& call) {
       }
       call.Finish(c, sum_dy, sum_dy_xc);
     }
-    if (!fused || !call.training) return;
+    if (!fused || !call.TrainingDx()) return;
     call.Expand(k, w.width, channel_of(w.c0), true);
     loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
                            stride, w.rows, w.width, k.coefficients(), call.stream_dx);
   };
   const int64_t units = blocks.count * groups.count;
   const int64_t unit_elements = blocks.size * groups.size * S;
-  if (fused || !call.training) {
+  if (!call.Sums()) {
+    call.FinishFromGlobalSums();
+    call.RunUnits(units, unit_elements, dx_unit);
+    return;
+  }
+  if (fused || !call.TrainingDx()) {
     call.RunUnits(units, unit_elements, first_sweep);
     if (!fused) FinishFromPartials(call, partials, blocks.count);
     return;
   }
   call.RunTwoSweeps(
       units, unit_elements, first_sweep, [&] { FinishFromPartials(call, partials, blocks.count); },
-      [&](int64_t u) {
-        const Unit w = unit_of(u);
-        float column_data[4][kMaxUnitColumns];
-        const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
-        call.Expand(k, w.width, channel_of(w.c0), true);
-        loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
-                               stride, w.rows, w.width, k.coefficients(), call.stream_dx);
-      });
+      dx_unit);
 }
 
 // ---- runs: channels first, fast family.
@@ -490,8 +536,13 @@ void RunRuns(const Call<T, float>& call) {
     int64_t group = std::clamp<int64_t>(kFusedUnitBytes / channel_bytes, 1, kMaxGroupChannels);
     group = std::min(group, std::max<int64_t>(1, C / kMinGroupUnits));
     const Pieces groups = Groups(C, group);
+    if (!call.Sums()) call.FinishFromGlobalSums();
     call.RunUnits(groups.count, group * R, [&](int64_t g) {
       const int64_t c0 = groups.begin(g), c1 = groups.end(g);
+      if (!call.Sums()) {
+        for (int64_t n = 0; n < s.batch; ++n) dx_runs(c0, (n * C + c0) * S, S, c1 - c0);
+        return;
+      }
       double sums[2][kMaxGroupChannels] = {};
       // Training reads kFastGroup images at a time, side by side (measured faster); inference,
       // which also writes x_backprop, image by image (measured faster: fewer write streams).
@@ -501,7 +552,7 @@ void RunRuns(const Call<T, float>& call) {
         sum_runs(c0, (n * C + c0) * S, S, c1 - c0, runs, sums[0], sums[1]);
       }
       for (int64_t c = c0; c < c1; ++c) call.Finish(c, sums[0][c - c0], sums[1][c - c0]);
-      if (!call.training) return;
+      if (!call.TrainingDx()) return;
       for (int64_t n = 0; n < s.batch; ++n) dx_runs(c0, (n * C + c0) * S, S, c1 - c0);
     });
     return;
@@ -522,15 +573,20 @@ void RunRuns(const Call<T, float>& call) {
     partials.sum_dy_xc(b)[c] = sum_dy_xc;
   };
   auto finish = [&] { FinishFromPartials(call, partials, blocks.count); };
-  if (!call.training) {
+  if (!call.TrainingDx()) {
     call.RunUnits(units, blocks.size, sums);
     return finish();
   }
-  call.RunTwoSweeps(units, blocks.size, sums, finish, [&](int64_t u) {
+  auto dx = [&](int64_t u) {
     const int64_t c = u / blocks.count, b = u % blocks.count;
     ForEachRun(s, c, blocks.begin(b), blocks.end(b),
                [&](int64_t offset, int64_t length) { dx_runs(c, offset, length, 1); });
-  });
+  };
+  if (!call.Sums()) {
+    call.FinishFromGlobalSums();
+    return call.RunUnits(units, blocks.size, dx);
+  }
+  call.RunTwoSweeps(units, blocks.size, sums, finish, dx);
 }
 
 // ---- exact family: channels of fewer than kFastPathRest elements, whole channels per unit.
@@ -641,9 +697,13 @@ void RunExactRows(const Call<T, double>& call) {
     }
     for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
   };
-  if (dx_as_it_sums) {
+  if (dx_as_it_sums || call.stage == Stage::kSums) {
     call.RunUnits(blocks.count, blocks.size * C, sums);
     return finish();
+  }
+  if (!call.Sums()) {
+    call.FinishFromGlobalSums();
+    return call.RunUnits(blocks.count, blocks.size * C, dx);
   }
   call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
@@ -654,9 +714,18 @@ void RunExactRuns(const Call<T, double>& call) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, S = call.s.spatial, R = call.s.rest();
   const Pieces groups = Groups(C, std::clamp<int64_t>(CeilDiv(kUnitElements, R), 1, C));
+  if (!call.Sums()) call.FinishFromGlobalSums();
   call.RunUnits(groups.count, groups.size * R, [&](int64_t g) {
     for (int64_t c0 = groups.begin(g); c0 < groups.end(g); c0 += kExactRunChannels) {
       const int64_t channels = std::min(kExactRunChannels, groups.end(g) - c0);
+      const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
+                                     call.training ? call.dy_mean + c0 : nullptr,
+                                     call.xc_coef + c0};
+      if (!call.Sums()) {
+        call.loops.exact_dx_runs(t.y_backprop + c0 * S, t.x + c0 * S, t.x_backprop + c0 * S, S,
+                                 channels, call.s.batch, C * S, k);
+        continue;
+      }
       BoundedSum sum_dy[kExactRunChannels], sum_dy_xc[kExactRunChannels];
       call.loops.exact_bounded_sum_runs(t.y_backprop + c0 * S, t.x + c0 * S, call.mean + c0, S,
                                         channels, call.s.batch, C * S, sum_dy, sum_dy_xc);
@@ -672,9 +741,7 @@ void RunExactRuns(const Call<T, double>& call) {
                                   &exact_dy_xc);
         call.Finish(c0 + c, exact_dy.Value(), exact_dy_xc.Value());
       }
-      const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0,
-                                     call.training ? call.dy_mean + c0 : nullptr,
-                                     call.xc_coef + c0};
+      if (call.stage == Stage::kSums) continue;
       call.loops.exact_dx_runs(t.y_backprop + c0 * S, t.x + c0 * S, t.x_backprop + c0 * S, S,
                                channels, call.s.batch, C * S, k);
     }
@@ -696,9 +763,19 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
   ScopedIeeeArithmetic ieee;
   const Shape s = params.shape.canonical();
   if (s.elements() == 0) {
-    std::fill(t.scale_backprop, t.scale_backprop + s.channels, 0.0f);
-    std::fill(t.offset_backprop, t.offset_backprop + s.channels, 0.0f);
-    return;
+    switch (params.stage) {
+      case Stage::kWhole:
+        std::fill(t.scale_backprop, t.scale_backprop + s.channels, 0.0f);
+        std::fill(t.offset_backprop, t.offset_backprop + s.channels, 0.0f);
+        return;
+      case Stage::kSums:  // a replica with an empty batch adds nothing
+        std::fill(t.sum_dy, t.sum_dy + s.channels, 0.0);
+        std::fill(t.sum_dy_xc, t.sum_dy_xc + s.channels, 0.0);
+        return;
+      case Stage::kDxFromSums:  // no x_backprop, but the global gradients all the same
+        return Call<T, double>(params, t, parallel_for, loops, streaming_footprint)
+            .FinishFromGlobalSums();
+    }
   }
   if (s.rest() < kFastPathRest) {
     const Call<T, double> call(params, t, parallel_for, loops, streaming_footprint);

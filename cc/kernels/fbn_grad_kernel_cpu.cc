@@ -1,22 +1,11 @@
 // CPU registration of the three ops: the functor runs the core's CPU kernels on the intra-op pool;
 // x_backprop that cannot reuse y_backprop's buffer comes from memory kept mapped between calls.
-#include "cc/kernels/cpu_parallel_for.h"
+#include "cc/kernels/fbn_grad_functor_cpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "cc/kernels/retained_cpu_allocator.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
-
-using CPUDevice = Eigen::ThreadPoolDevice;
-
-template <typename T>
-struct BatchNormGradFunctor<CPUDevice, T> {
-  Status operator()(OpKernelContext* ctx, const fbn::Params& params,
-                          const fbn::Tensors<typename CoreType<T>::type>& tensors) {
-    fbn::BatchNormGradCpu(params, tensors, IntraOpParallelFor(ctx));
-    return OkStatus();
-  }
-};
 
 // Fresh pages would cost more than the arithmetic (retained_cpu_allocator.h).
 template <>

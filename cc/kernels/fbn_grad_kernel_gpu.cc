@@ -24,6 +24,11 @@ template <typename T>
 struct BatchNormGradFunctor<GpuDevice, T> {
   Status operator()(OpKernelContext* ctx, const fbn::Params& cpu_params,
                           const fbn::Tensors<typename CoreType<T>::type>& tensors) {
+    // The CUDA core computes whole gradients only; synchronized batch norm's halves have no
+    // GPU kernels registered (TensorFlow places them on the CPU).
+    if (cpu_params.stage != fbn::Stage::kWhole) {
+      return errors::Unimplemented("the CUDA kernels compute whole gradients only");
+    }
     fbn::Params params = cpu_params;
     params.saved_inv_std = params.is_training;
     stream_executor::Stream* stream =

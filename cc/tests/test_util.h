@@ -9,9 +9,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu_loops.h"
 #include "cc/core/float16_convert.h"
 
 namespace fbn {
@@ -185,6 +188,84 @@ inline void CheckErrorMeasureCatchesSpecials() {
   Check(!(NormwiseError(nan_lost, want) <= 1.0), "error measure: a lost NaN fails");
   Check(!(NormwiseError(inf_flipped, want) <= 1.0), "error measure: a flipped infinity fails");
   Check(NormwiseError(want, want) == 0.0, "error measure: equal outputs with specials measure 0");
+}
+
+// A ParallelFor that cuts [0, count) into `pieces` ranges and runs them on `threads` real
+// threads in reverse order: if any result depended on the split, the bits would change.
+inline ParallelFor ThreadedFor(int threads, int pieces) {
+  return [threads, pieces](int64_t count, int64_t, const RangeFn& fn) {
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    const int64_t step = std::max<int64_t>(1, (count + pieces - 1) / pieces);
+    for (int64_t b = 0; b < count; b += step) ranges.emplace_back(b, std::min(count, b + step));
+    std::reverse(ranges.begin(), ranges.end());
+    std::vector<std::thread> pool;
+    for (int w = 0; w < threads; ++w) {
+      pool.emplace_back([&, w] {
+        for (size_t i = w; i < ranges.size(); i += threads) fn(ranges[i].first, ranges[i].second);
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+}
+
+// For channels on the fast path (kFastPathRest elements or more) the sums are built from float
+// terms, so their error is bounded by the terms' magnitudes, not the sum's (cpu_loops.h):
+// |error| <= 2^-20 * Σ|term| per channel. Returns the largest error / that bound, and (in
+// *float_sum_error) the normwise error of TensorFlow's arithmetic, a sequential float sum of
+// float terms, on the same data: the fast path must not be worse than that.
+template <typename T>
+double FastSumErrorRatio(const Case& k, const Inputs<T>& in, const std::vector<float>& got,
+                         const std::vector<float>& want, bool scale_sums,
+                         double* float_sum_error) {
+  const Shape& s = k.shape;
+  const Params p = ParamsOf(k);
+  double worst_ratio = 0.0, float_err = 0.0, mag = 0.0;
+  for (int64_t c = 0; c < s.channels; ++c) {
+    const double inv_std = p.InvStd(in.variance[c]);
+    double abs_terms = 0.0;
+    float sequential = 0.0f;
+    for (int64_t e = 0; e < s.rest(); ++e) {
+      const int64_t i = s.channels_last ? e * s.channels + c
+                                        : ((e / s.spatial) * s.channels + c) * s.spatial +
+                                              e % s.spatial;
+      const float dy = ToFloat(in.dy[i]);
+      const float term = scale_sums
+                             ? dy * ((ToFloat(in.x[i]) - in.mean[c]) * static_cast<float>(inv_std))
+                             : dy;
+      abs_terms += std::fabs(static_cast<double>(scale_sums ? dy * (ToFloat(in.x[i]) - in.mean[c])
+                                                            : dy)) *
+                   (scale_sums ? inv_std : 1.0);
+      sequential += term;
+    }
+    const double err = std::fabs(static_cast<double>(got[c]) - want[c]);
+    worst_ratio = std::max(worst_ratio, err / (0x1p-20 * abs_terms + 1e-300));
+    float_err = std::max(float_err, std::fabs(static_cast<double>(sequential) - want[c]));
+    mag = std::max(mag, std::fabs(static_cast<double>(want[c])));
+  }
+  *float_sum_error = mag > 0.0 ? float_err / mag : float_err;
+  return worst_ratio;
+}
+
+template <typename T>
+void CheckSums(const Case& k, const Inputs<T>& in, const Outputs<T>& fast, const Outputs<T>& ref,
+               const std::string& name) {
+  if (k.shape.rest() < kFastPathRest) {  // exact terms: one rounding of the result
+    Check(NormwiseError(fast.dscale, ref.dscale) <= kSumTolerance,
+          name + ": scale_backprop vs reference");
+    Check(NormwiseError(fast.doffset, ref.doffset) <= kSumTolerance,
+          name + ": offset_backprop vs reference");
+    return;
+  }
+  for (bool scale_sums : {true, false}) {
+    const auto& got = scale_sums ? fast.dscale : fast.doffset;
+    const auto& want = scale_sums ? ref.dscale : ref.doffset;
+    const std::string what = name + (scale_sums ? ": scale_backprop" : ": offset_backprop");
+    double float_sum_error = 0.0;
+    const double ratio = FastSumErrorRatio(k, in, got, want, scale_sums, &float_sum_error);
+    Check(ratio <= 1.0, what + " within 2^-20 * sum of |terms| (fast path)");
+    Check(NormwiseError(got, want) <= float_sum_error + kSumTolerance,
+          what + " no worse than a sequential float sum (fast path)");
+  }
 }
 
 // Awkward and ordinary shapes in both layouts and modes (C = 1, 3, 7, 129, 2048; S = 1;

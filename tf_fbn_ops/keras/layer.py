@@ -3,7 +3,9 @@
 Keras 3 computes batch norm from separate ops (moments, rsqrt, multiply, add), so there is no
 ``FusedBatchNorm*`` op for `shim_gradients()` to reach. This layer is Keras' own class with one
 method changed: where the input fits TensorFlow's fused op, ``call`` runs ``FusedBatchNormV3``
-forward and ``FbnFusedBatchNormGradV3`` backward; everywhere else it is Keras' code unchanged.
+forward and ``FbnFusedBatchNormGradV3`` backward (with ``synchronized=True``, in training, the
+statistics of every replica and the synchronized backward of tf_fbn_ops.sync_batch_norm);
+everywhere else it is Keras' code unchanged.
 Constructor, weights, config, regularizers, constraints and the moving-statistics update are
 inherited or mirrored line for line, so a model can switch classes without any other change.
 """
@@ -16,6 +18,7 @@ from tensorflow.python.ops import control_flow_util
 
 from tf_fbn_ops import _loader
 from tf_fbn_ops.batch_norm import MIN_EPSILON, fused_batch_norm, inference_gradient
+from tf_fbn_ops.sync_batch_norm import synchronized_batch_norm
 
 # Input dtypes TensorFlow's fused op takes; its statistics and parameters stay float32, as
 # Keras' layer computes in float32 for 16-bit inputs.
@@ -31,10 +34,13 @@ class BatchNormalization(keras.layers.BatchNormalization):
     Same arguments, defaults, weights and behaviour as Keras' layer (see its documentation).
     4-D and 5-D inputs normalized over their last axis or axis 1 (NHWC, NCHW, NDHWC, NCDHW),
     float16, bfloat16 or float32, run TensorFlow's ``FusedBatchNormV3`` forward and the shim's
-    ``FbnFusedBatchNormGradV3`` backward, in training and in inference mode. These fall back to
-    Keras' own computation: other ranks or axes, float64, a mask, ``renorm=True``,
-    ``synchronized=True``, ``epsilon`` below 1.001e-5 (the fused op's smallest on GPU), and
-    XLA compilation when the library was built without its XLA lowerings.
+    ``FbnFusedBatchNormGradV3`` backward, in training and in inference mode. With
+    ``synchronized=True`` training takes its statistics over every replica of the
+    ``tf.distribute`` strategy it runs under (one all-reduce forward, one backward;
+    `tf_fbn_ops.sync_batch_norm`); outside a strategy it is the layer without the flag. These
+    fall back to Keras' own computation: other ranks or axes, float64, a mask, ``renorm=True``,
+    ``epsilon`` below 1.001e-5 (the fused op's smallest on GPU), XLA compilation when the
+    library was built without its XLA lowerings, and ``synchronized=True`` under XLA.
 
     Saved models name the class ``tf_fbn_ops>BatchNormalization``; ``import tf_fbn_ops.keras``
     before ``keras.models.load_model``.
@@ -55,19 +61,29 @@ class BatchNormalization(keras.layers.BatchNormalization):
         moving_mean = tf.cast(self.moving_mean, tf.float32)
         moving_variance = tf.cast(self.moving_variance, tf.float32)
 
-        if training and self.trainable:  # Keras' own test: a frozen layer runs in inference
+        if training and self.trainable and self.synchronized:
+            outputs, moments = synchronized_batch_norm(inputs, scale, offset,
+                                                       epsilon=self.epsilon,
+                                                       data_format=data_format)
+            self._update_moving_statistics(moving_mean, moving_variance,
+                                           tf.cast(moments.mean, tf.float32),
+                                           tf.cast(moments.variance, tf.float32))
+        elif training and self.trainable:  # Keras' own test: a frozen layer runs in inference
             outputs, mean, corrected_variance = fused_batch_norm(
                 inputs, scale, offset, epsilon=self.epsilon, data_format=data_format,
                 is_training=True)
             variance = corrected_variance * _bessel_to_population(inputs, self.axis)
-            self.moving_mean.assign(
-                moving_mean * self.momentum + mean * (1.0 - self.momentum))
-            self.moving_variance.assign(
-                moving_variance * self.momentum + variance * (1.0 - self.momentum))
+            self._update_moving_statistics(moving_mean, moving_variance, mean, variance)
         else:
             outputs = self._inference(inputs, scale, offset, moving_mean, moving_variance,
                                       data_format)
         return tf.cast(outputs, self.compute_dtype)
+
+    def _update_moving_statistics(self, moving_mean, moving_variance, mean, variance) -> None:
+        """Keras' moving averages of the batch's mean and population variance."""
+        self.moving_mean.assign(moving_mean * self.momentum + mean * (1.0 - self.momentum))
+        self.moving_variance.assign(
+            moving_variance * self.momentum + variance * (1.0 - self.momentum))
 
     def _inference(self, inputs, scale, offset, mean, variance, data_format: str):
         """Keras' own inference arithmetic forward, so predictions are bit for bit Keras'; the
@@ -96,9 +112,10 @@ class BatchNormalization(keras.layers.BatchNormalization):
             return None
         # Keras 3.12 (the last for Python 3.10) has no renorm: getattr.
         renorm = getattr(self, "renorm", False)
-        if mask is not None or renorm or self.synchronized or self.epsilon < MIN_EPSILON:
+        if mask is not None or renorm or self.epsilon < MIN_EPSILON:
             return None
-        if _loader.xla_missing_reason() is not None and _in_xla_compilation():
+        if ((_loader.xla_missing_reason() is not None or self.synchronized)
+                and _in_xla_compilation()):
             return None
         return FUSED_LAYOUTS.get((rank, self.axis % rank))
 

@@ -1,0 +1,214 @@
+// Tests of the two stages of synchronized batch norm's backward (Stage, bn_grad.h):
+//   - one replica: kSums then kDxFromSums with the sums as the global ones give the bits of
+//     kWhole, in every schedule, type, instruction-set copy and split onto threads, in place too;
+//   - several replicas (the batch cut along N, an empty part among them): the local sums added
+//     in replica order, then each part's x_backprop, against the double reference of the whole
+//     batch, to the same bounds as one call of the whole;
+//   - kSums reads neither scale nor variance.
+// Prints one line per failure and a PASS/FAIL summary.
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cc/core/bn_grad.h"
+#include "cc/core/cpu_loops.h"
+#include "cc/tests/test_util.h"
+
+namespace fbn {
+namespace {
+
+using namespace testing;  // NOLINT: the shared test vocabulary
+
+constexpr int64_t kNeverStream = std::numeric_limits<int64_t>::max();
+
+template <typename T>
+struct StagedRun {
+  std::vector<double> sum_dy, sum_dy_xc;
+  Outputs<T> out;
+  explicit StagedRun(const Shape& s) : sum_dy(s.channels), sum_dy_xc(s.channels), out(s) {}
+};
+
+// kSums of `in` into run->sum_dy and sum_dy_xc. scale and variance are left null: the stage
+// must not read them.
+template <typename T>
+void Sums(const Params& whole, const Inputs<T>& in, const ParallelFor& pf, const CpuLoops<T>& loops,
+          StagedRun<T>* run) {
+  Params p = whole;
+  p.stage = Stage::kSums;
+  Tensors<T> t;
+  t.y_backprop = in.dy.data();
+  t.x = in.x.data();
+  t.mean = in.mean.data();
+  t.sum_dy = run->sum_dy.data();
+  t.sum_dy_xc = run->sum_dy_xc.data();
+  BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
+}
+
+// kDxFromSums of `in` from the global sums, into run->out (in place when asked).
+template <typename T>
+void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<double>& sum_dy,
+                const std::vector<double>& sum_dy_xc, int64_t global_count, const ParallelFor& pf,
+                const CpuLoops<T>& loops, bool in_place, StagedRun<T>* run) {
+  Params p = whole;
+  p.stage = Stage::kDxFromSums;
+  p.global_count = global_count;
+  Tensors<T> t = in_place ? run->out.BindInPlace(in) : run->out.Bind(in);
+  t.global_sum_dy = sum_dy.data();
+  t.global_sum_dy_xc = sum_dy_xc.data();
+  BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
+}
+
+// The shapes of every schedule (bn_grad_cpu.cc), as TestIsaCopiesAgree lists them, and the
+// awkward ones of TestCases().
+std::vector<Shape> ScheduleShapes() {
+  std::vector<Shape> shapes = {
+      {3, 100, 400, true}, {40, 5, 30, true},   {2, 2048, 520, true}, {70, 13, 23, false},
+      {20000, 3, 5, false}, {5, 6, 333, false}, {3, 2, 140001, false}, {4, 8, 4096, false},
+      {7, 45, 9, true},    {3, 20, 21, false},
+  };
+  for (const Case& k : TestCases()) shapes.push_back(k.shape);
+  return shapes;
+}
+
+template <typename T>
+void TestOneReplicaGivesWholeBits() {
+  uint32_t seed = 100;
+  for (const Shape& shape : ScheduleShapes()) {
+    for (bool saved_inv_std : {false, true}) {
+      const Case k{shape, /*is_training=*/true, shape.channels % 2 ? 0.0f : 50.0f, saved_inv_std};
+      const Inputs<T> in(k, seed++);
+      const Params p = ParamsOf(k);
+      for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (isa > DetectedCpuIsa()) continue;
+        const CpuLoops<T>& loops = LoopsFor<T>(isa);
+        Outputs<T> whole(shape);
+        BatchNormGradCpuWithLoops(p, whole.Bind(in), SerialFor(), loops, kNeverStream);
+        for (int threads : {1, 2}) {
+          const ParallelFor pf = threads == 1 ? SerialFor() : ThreadedFor(2, 64);
+          for (bool in_place : {false, true}) {
+            StagedRun<T> run(shape);
+            Sums(p, in, pf, loops, &run);
+            DxFromSums(p, in, run.sum_dy, run.sum_dy_xc, shape.rest(), pf, loops, in_place, &run);
+            Check(run.out.BitEqual(whole),
+                  Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) + ", " +
+                      std::to_string(threads) + " thread(s)" + (in_place ? ", in place" : "") +
+                      ": the two stages give the bits of one call");
+          }
+        }
+      }
+    }
+  }
+}
+
+// Part [n0, n1) of a batch: channels last and channels first alike, N is outermost.
+template <typename T>
+Inputs<T> Part(const Case& k, const Inputs<T>& in, int64_t n0, int64_t n1) {
+  Inputs<T> part = in;
+  const int64_t per_image = k.shape.channels * k.shape.spatial;
+  part.dy.assign(in.dy.begin() + n0 * per_image, in.dy.begin() + n1 * per_image);
+  part.x.assign(in.x.begin() + n0 * per_image, in.x.begin() + n1 * per_image);
+  return part;
+}
+
+template <typename T>
+void TestReplicasMatchTheWholeBatch() {
+  uint32_t seed = 500;
+  const std::vector<Shape> shapes = {
+      {6, 100, 40, true}, {9, 5, 300, true},   {7, 45, 9, true},     {8, 13, 23, false},
+      {6, 6, 333, false}, {5, 20, 21, false},  {4, 3, 2000, false},  {12, 2048, 1, true},
+      {10, 64, 130, true}, {300, 3, 5, false},
+  };
+  // Cuts of N into replicas' batches, an empty one among them; {0, N} is one replica.
+  for (const Shape& shape : shapes) {
+    const int64_t N = shape.batch;
+    const std::vector<std::vector<int64_t>> cuts = {
+        {0, N}, {0, N / 2, N}, {0, 1, N / 3, N}, {0, N / 2, N / 2, N}, {0, 0, N}};
+    const Case k{shape, true, 3.0f};
+    const Inputs<T> in(k, seed++);
+    const Params p = ParamsOf(k);
+    Outputs<T> ref(shape);
+    BatchNormGradReference(p, ref.Bind(in));
+    for (const auto& cut : cuts) {
+      std::string name = Describe(k, TypeName<T>()) + ", replicas' batches";
+      std::vector<double> sum_dy(shape.channels, 0.0), sum_dy_xc(shape.channels, 0.0);
+      std::vector<Inputs<T>> parts;
+      for (size_t r = 0; r + 1 < cut.size(); ++r) {
+        name += " " + std::to_string(cut[r + 1] - cut[r]);
+        parts.push_back(Part(k, in, cut[r], cut[r + 1]));
+        const Shape local{cut[r + 1] - cut[r], shape.channels, shape.spatial, shape.channels_last};
+        Params local_params = p;
+        local_params.shape = local;
+        StagedRun<T> run(local);
+        Sums(local_params, parts.back(), ThreadedFor(2, 64), LoopsFor<T>(ActiveCpuIsa()), &run);
+        for (int64_t c = 0; c < shape.channels; ++c) {  // in replica order
+          sum_dy[c] += run.sum_dy[c];
+          sum_dy_xc[c] += run.sum_dy_xc[c];
+        }
+      }
+      Outputs<T> staged(shape);
+      const int64_t per_image = shape.channels * shape.spatial;
+      bool same_global = true;
+      for (size_t r = 0; r + 1 < cut.size(); ++r) {
+        const Shape local{cut[r + 1] - cut[r], shape.channels, shape.spatial, shape.channels_last};
+        Params local_params = p;
+        local_params.shape = local;
+        StagedRun<T> run(local);
+        DxFromSums(local_params, parts[r], sum_dy, sum_dy_xc, shape.rest(), ThreadedFor(2, 64),
+                   LoopsFor<T>(ActiveCpuIsa()), false, &run);
+        std::copy(run.out.dx.begin(), run.out.dx.end(), staged.dx.begin() + cut[r] * per_image);
+        if (r == 0) {
+          staged.dscale = run.out.dscale;
+          staged.doffset = run.out.doffset;
+        }
+        same_global &= std::memcmp(run.out.dscale.data(), staged.dscale.data(),
+                                   shape.channels * sizeof(float)) == 0 &&
+                       std::memcmp(run.out.doffset.data(), staged.doffset.data(),
+                                   shape.channels * sizeof(float)) == 0;
+      }
+      Check(same_global, name + ": every replica gives the same scale and offset gradients");
+      Check(NormwiseError(staged.dx, ref.dx) <= DxTolerance<T>(), name + ": x_backprop vs reference");
+      CheckSums(k, in, staged, ref, name);
+    }
+  }
+}
+
+template <typename T>
+void TestEmptyReplica() {
+  const Shape empty{0, 5, 7, true};
+  const Case k{empty, true, 0.0f};
+  const Inputs<T> in(k, 9);
+  const Params p = ParamsOf(k);
+  StagedRun<T> run(empty);
+  run.sum_dy.assign(5, 1.0);
+  run.sum_dy_xc.assign(5, 1.0);
+  Sums(p, in, SerialFor(), LoopsFor<T>(ActiveCpuIsa()), &run);
+  Check(std::vector<double>(5, 0.0) == run.sum_dy && std::vector<double>(5, 0.0) == run.sum_dy_xc,
+        std::string(TypeName<T>()) + ": an empty batch's sums are zeros");
+  const std::vector<double> global = {1.0, -2.0, 3.0, 0.5, 0.0};
+  DxFromSums(p, in, global, global, 40, SerialFor(), LoopsFor<T>(ActiveCpuIsa()), false, &run);
+  bool ok = true;
+  for (int c = 0; c < 5; ++c) {
+    ok &= run.out.doffset[c] == static_cast<float>(global[c]) &&
+          run.out.dscale[c] == static_cast<float>(global[c] * p.InvStd(in.variance[c]));
+  }
+  Check(ok, std::string(TypeName<T>()) +
+                ": an empty batch still gives the global scale and offset gradients");
+}
+
+template <typename T>
+void RunAll() {
+  TestOneReplicaGivesWholeBits<T>();
+  TestReplicasMatchTheWholeBatch<T>();
+  TestEmptyReplica<T>();
+}
+
+}  // namespace
+}  // namespace fbn
+
+int main() {
+  fbn::RunAll<float>();
+  fbn::RunAll<fbn::Half>();
+  fbn::RunAll<fbn::BFloat16>();
+  return fbn::testing::Summary("core_stages_test");
+}
