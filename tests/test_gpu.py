@@ -20,7 +20,9 @@ DTYPE_ENUMS = {tf.float32.as_datatype_enum: "float32", tf.float16.as_datatype_en
                tf.bfloat16.as_datatype_enum: "bfloat16"}
 EXPECTED = {"FbnFusedBatchNormGrad": {"float32"},
             "FbnFusedBatchNormGradV2": {"float32", "float16", "bfloat16"},
-            "FbnFusedBatchNormGradV3": {"float32", "float16", "bfloat16"}}
+            "FbnFusedBatchNormGradV3": {"float32", "float16", "bfloat16"},
+            "FbnSyncBatchNormGradSums": {"float32", "float16", "bfloat16"},
+            "FbnSyncBatchNormGradFromSums": {"float32", "float16", "bfloat16"}}
 GPUS = tf.config.list_physical_devices("GPU")
 needs_gpu = pytest.mark.skipif(not GPUS, reason="no GPU visible to TensorFlow: GPU parity "
                                                 "tests run only on a machine with one")
@@ -179,3 +181,37 @@ def test_gpu_keras3_layer_matches_keras(shape, axis, training) -> None:
         if a is not None:
             np.testing.assert_allclose(b, a, **TOLERANCE)
 
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+@pytest.mark.parametrize("data_format, shape", [("NHWC", (4, 9, 9, 24)), ("NCHW", (4, 24, 9, 9)),
+                                                ("NDHWC", (2, 3, 8, 8, 16)),
+                                                ("NCDHW", (2, 16, 3, 8, 8))])
+def test_gpu_synchronized_halves_match_the_oracle(dtype, data_format, shape) -> None:
+    """On the GPU the halves take the variance (their forward is ours, not cuDNN's); with one
+    replica they give the float64 oracle's gradients. That they give the bits of one whole call
+    is the CUDA core's own test (cc/tests/gpu_core_test.cu, RunStages)."""
+    from tf_fbn_ops import ops as shim_ops  # noqa: PLC0415
+    rng = np.random.default_rng(5)
+    channel_axis = -1 if data_format.endswith("C") else 1
+    channels = shape[channel_axis]
+    with tf.device("/GPU:0"):
+        dy = tf.cast(rng.standard_normal(shape), dtype)
+        x = tf.cast(rng.standard_normal(shape) * 2 + 3, dtype)
+        scale = tf.constant(rng.uniform(0.5, 1.5, channels), tf.float32)
+        mean = tf.constant(rng.uniform(2, 4, channels), tf.float32)
+        variance = tf.constant(rng.uniform(3, 5, channels), tf.float32)
+        sums = shim_ops.sync_batch_norm_grad_sums(dy, x, mean, data_format=data_format)
+        count = int(np.prod(shape)) // channels
+        staged = shim_ops.sync_batch_norm_grad_from_sums(
+            dy, x, scale, mean, variance, sums.sum_dy, sums.sum_dy_xc, count, epsilon=1e-3,
+            data_format=data_format)
+        assert staged.x_backprop.device.endswith("GPU:0")
+    oracle = reference.batch_norm_grad(*(np.asarray(tf.cast(t, tf.float32), np.float64)
+                                         for t in (dy, x, scale, mean, variance)), 1e-3,
+                                       data_format, True)
+    for ours, want in zip(staged, oracle):
+        scale_of = max(np.max(np.abs(want)), 1e-30)
+        got = np.asarray(tf.cast(ours, tf.float32), np.float64)
+        assert np.max(np.abs(got - want)) <= 4 * RTOL[dtype.name] * scale_of

@@ -337,29 +337,39 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lane
 
 // Per channel: the partials of all row blocks in a fixed tree, the outputs, and the training
 // coefficients. A block serves `channels` neighbouring channels (lane = threadIdx.x % channels).
+// Synchronized batch norm's stages (Stage, bn_grad.h): kSums writes the sums and stops;
+// kDxFromSums takes the global ones instead of the partials, and divides by the global count.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     Finalize(Args<T> a, int64_t row_blocks, int channels) {
   __shared__ double shared[2 * kThreads];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * channels + threadIdx.x % channels;
   const bool active = c < a.channels;
+  const Stage stage = a.p.stage;
   double sums[2] = {0.0, 0.0};  // dy, dy * (x - mean)
-  if (active) {
-    for (int64_t b = threadIdx.x / channels; b < row_blocks; b += kThreads / channels) {
-      sums[0] += a.partial_dy[b * a.channels + c];
-      sums[1] += a.partial_dy_xc[b * a.channels + c];
+  if (stage != Stage::kDxFromSums) {
+    if (active) {
+      for (int64_t b = threadIdx.x / channels; b < row_blocks; b += kThreads / channels) {
+        sums[0] += a.partial_dy[b * a.channels + c];
+        sums[1] += a.partial_dy_xc[b * a.channels + c];
+      }
     }
+    BlockLaneSums<kThreads>(sums, channels, shared);
   }
-  BlockLaneSums<kThreads>(sums, channels, shared);
   if (static_cast<int>(threadIdx.x) >= channels || !active) return;
-  const double sum_dy = sums[0];
-  const double sum_dy_xc = sums[1];
+  if (stage == Stage::kSums) {
+    a.t.sum_dy[c] = sums[0];
+    a.t.sum_dy_xc[c] = sums[1];
+    return;
+  }
+  const double sum_dy = stage == Stage::kDxFromSums ? a.t.global_sum_dy[c] : sums[0];
+  const double sum_dy_xc = stage == Stage::kDxFromSums ? a.t.global_sum_dy_xc[c] : sums[1];
 
   const double inv_std = a.p.InvStd(a.t.variance[c]);
   a.t.offset_backprop[c] = static_cast<float>(sum_dy);
   a.t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
   if (a.p.is_training) {
-    if (isinf(inv_std)) {
+    if (isinf(inv_std) && stage == Stage::kWhole) {  // the global sums leave no terms to regroup
       // var + eps == 0: TensorFlow scales inside the sum, and only that order gives its
       // infinities and NaNs. Serial over the channel; never taken for finite statistics.
       double scaled = 0.0;
@@ -373,7 +383,8 @@ __global__ void __launch_bounds__(kThreads)
       a.t.scale_backprop[c] = static_cast<float>(scaled);
     }
     // dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), grouped as TensorFlow's expression.
-    const double rest = static_cast<double>(a.rest);
+    const double rest =
+        static_cast<double>(stage == Stage::kDxFromSums ? a.p.global_count : a.rest);
     a.coef[c] = a.t.scale[c] * inv_std;
     a.coef[a.channels + c] = sum_dy / rest;
     a.coef[2 * a.channels + c] = inv_std * inv_std * (sum_dy_xc / rest);
@@ -424,7 +435,15 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int la
   });
 }
 
-// Enqueues the two or three kernels of one call; the first failing launch's error.
+template <typename T>
+cudaError_t LaunchFinalize(const Args<T>& a, const Plan& plan, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(a.channels, plan.finalize_channels)));
+  return LaunchKernel(Finalize<T>, grid, dim3(kThreads), stream, a, plan.row_blocks,
+                      plan.finalize_channels);
+}
+
+// Enqueues the two or three kernels of one call (one or two for a stage of synchronized batch
+// norm); the first failing launch's error.
 template <typename T, int V, bool kChannelsLast>
 cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaStream_t stream) {
   const bool training = a.p.is_training;
@@ -440,13 +459,12 @@ cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaSt
     sum = training ? SumChannelsLast<T, V, false> : SumChannelsLast<T, V, true>;
     apply = ApplyChannelsLast<T, V>;
   }
-  const dim3 finalize_grid(static_cast<unsigned>(CeilDiv(s.channels, plan.finalize_channels)));
-  cudaError_t error = LaunchKernel(sum, grid, block, stream, a, lanes);
-  if (error == cudaSuccess) {
-    error = LaunchKernel(Finalize<T>, finalize_grid, block, stream, a, plan.row_blocks,
-                         plan.finalize_channels);
+  cudaError_t error = cudaSuccess;
+  if (a.p.stage != Stage::kDxFromSums) error = LaunchKernel(sum, grid, block, stream, a, lanes);
+  if (error == cudaSuccess) error = LaunchFinalize(a, plan, stream);
+  if (error == cudaSuccess && training && a.p.stage != Stage::kSums) {
+    error = LaunchKernel(apply, grid, block, stream, a, lanes);
   }
-  if (error == cudaSuccess && training) error = LaunchKernel(apply, grid, block, stream, a, lanes);
   return error;
 }
 
@@ -469,7 +487,7 @@ cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const Plan& plan, int
 
 size_t GpuScratchBytes(const Shape& shape) {
   const Shape s = shape.canonical();
-  if (s.elements() == 0) return 0;
+  if (s.elements() == 0) return static_cast<size_t>(3 * s.channels) * sizeof(double);
   const Plan plan(s);
   return static_cast<size_t>((2 * plan.row_blocks + 3) * s.channels) * sizeof(double);
 }
@@ -477,14 +495,18 @@ size_t GpuScratchBytes(const Shape& shape) {
 template <typename T>
 int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, GpuStream stream) {
   const Shape s = params.shape.canonical();
-  if (s.elements() == 0) {
-    const size_t bytes = static_cast<size_t>(s.channels) * sizeof(float);
+  if (s.elements() == 0 && params.stage != Stage::kDxFromSums) {
+    const bool sums = params.stage == Stage::kSums;  // a replica with an empty batch adds nothing
+    const size_t bytes = static_cast<size_t>(s.channels) * (sums ? sizeof(double) : sizeof(float));
     if (bytes == 0) return cudaSuccess;
-    cudaError_t error = cudaMemsetAsync(t.scale_backprop, 0, bytes, stream);
-    if (error == cudaSuccess) error = cudaMemsetAsync(t.offset_backprop, 0, bytes, stream);
+    cudaError_t error = cudaMemsetAsync(sums ? static_cast<void*>(t.sum_dy) : t.scale_backprop, 0,
+                                        bytes, stream);
+    if (error == cudaSuccess) {
+      error = cudaMemsetAsync(sums ? static_cast<void*>(t.sum_dy_xc) : t.offset_backprop, 0,
+                              bytes, stream);
+    }
     return error;
   }
-  const Plan plan(s);
   Args<T> a;
   a.t = t;
   a.p = params;
@@ -492,6 +514,13 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
   a.channels = s.channels;
   a.spatial = s.spatial;
   a.rest = s.rest();
+  if (s.elements() == 0) {  // kDxFromSums: no x_backprop, the global gradients all the same
+    if (s.channels == 0) return cudaSuccess;
+    a.coef = static_cast<double*>(scratch);
+    return LaunchKernel(Finalize<T>, dim3(static_cast<unsigned>(CeilDiv(s.channels, kWarpSize))),
+                        dim3(kThreads), stream, a, int64_t{0}, kWarpSize);
+  }
+  const Plan plan(s);
   a.rows_per_block = plan.rows_per_block;
   a.partial_dy = static_cast<double*>(scratch);
   a.partial_dy_xc = a.partial_dy + plan.row_blocks * s.channels;

@@ -1,4 +1,5 @@
-// GPU registration of the three ops, compiled only into CUDA builds. The functor hands device
+// GPU registration of the three ops and of synchronized batch norm's two, compiled only into
+// CUDA builds. The functor hands device
 // buffers to the CUDA core (cc/core/bn_grad_gpu.cu) on the op's stream; no CUDA headers here.
 //
 // TensorFlow's GPU contract differs from the CPU one in one place: in training mode
@@ -8,6 +9,7 @@
 #include "cc/kernels/driver_check_gpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "cc/kernels/gpu_stream_gpu.h"
+#include "cc/kernels/sync_grad_kernel.h"
 
 #if FBN_XLA_FFI
 #include "cc/kernels/xla_ffi_targets.h"
@@ -24,13 +26,10 @@ template <typename T>
 struct BatchNormGradFunctor<GpuDevice, T> {
   Status operator()(OpKernelContext* ctx, const fbn::Params& cpu_params,
                           const fbn::Tensors<typename CoreType<T>::type>& tensors) {
-    // The CUDA core computes whole gradients only; synchronized batch norm's halves have no
-    // GPU kernels registered (TensorFlow places them on the CPU).
-    if (cpu_params.stage != fbn::Stage::kWhole) {
-      return errors::Unimplemented("the CUDA kernels compute whole gradients only");
-    }
     fbn::Params params = cpu_params;
-    params.saved_inv_std = params.is_training;
+    // Synchronized batch norm's halves take the variance on every device (their forward is
+    // ours, not cuDNN's).
+    params.saved_inv_std = params.is_training && params.stage == fbn::Stage::kWhole;
     stream_executor::Stream* stream =
         ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
     if (stream == nullptr) return errors::Internal("No GPU stream available");
@@ -59,6 +58,7 @@ using GpuGradOp = FbnFusedBatchNormGradOp<GpuDevice, T>;
 // the HLO lowering.
 void RegisterGpuKernels() {
   FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp);
+  FBN_REGISTER_SYNC_KERNELS(DEVICE_GPU, GpuDevice);
 #if FBN_XLA_FFI
   RegisterXlaFfiTarget("CUDA", FbnBatchNormGradCuda);
 #endif

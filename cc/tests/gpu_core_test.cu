@@ -166,9 +166,63 @@ void RunRowBlockClamp() {
   }
 }
 
+// Synchronized batch norm's stages (Stage, bn_grad.h): kSums then kDxFromSums with those sums
+// as the global ones give the bits of one whole call, aligned and not, in place too; the sums are
+// the reference's to double rounding; a replica with an empty batch adds zeros and still gives
+// the global scale and offset gradients.
+template <typename T>
+void RunStages() {
+  uint32_t seed = 300;
+  for (Case k : TestCases()) {
+    if (!k.is_training || k.shape.elements() == 0) continue;
+    k.saved_inv_std = false;  // the stages take the variance, on every device
+    const Inputs<T> in(k, seed++);
+    const std::string name = Describe(k, TypeName<T>()) + ": stages";
+    Params whole = ParamsOf(k), sums = whole, from_sums = whole;
+    sums.stage = Stage::kSums;
+    from_sums.stage = Stage::kDxFromSums;
+    from_sums.global_count = k.shape.rest();
+    for (int shift : {0, 1}) {
+      for (bool in_place : {false, true}) {
+        DeviceCase<T> device(in, k.shape, shift);
+        Outputs<T> one(k.shape), staged(k.shape), unused(k.shape);
+        std::vector<double> sum_dy, sum_dy_xc;
+        const bool ran = device.Run(whole, &one) && device.Run(sums, &unused) &&
+                         device.FetchSums(&sum_dy, &sum_dy_xc) &&
+                         device.SetGlobalSums(sum_dy, sum_dy_xc) &&
+                         device.Run(from_sums, &staged, in_place);
+        Check(ran, name + ": runs");
+        Check(ran && staged.BitEqual(one),
+              name + (shift ? " unaligned" : "") + (in_place ? " in place" : "") +
+                  ": the two stages give the bits of one call");
+      }
+    }
+  }
+  const Shape empty{0, 5, 7, true};
+  const Case k{empty, true, 0.0f};
+  const Inputs<T> in(k, 9);
+  Params sums = ParamsOf(k), from_sums = ParamsOf(k);
+  sums.stage = Stage::kSums;
+  from_sums.stage = Stage::kDxFromSums;
+  from_sums.global_count = 40;
+  DeviceCase<T> device(in, empty, 0);
+  Outputs<T> out(empty);
+  std::vector<double> sum_dy, sum_dy_xc;
+  const std::vector<double> global = {1.0, -2.0, 3.0, 0.5, 0.0};
+  bool ok = device.Run(sums, &out) && device.FetchSums(&sum_dy, &sum_dy_xc) &&
+            sum_dy == std::vector<double>(5, 0.0) && sum_dy_xc == std::vector<double>(5, 0.0);
+  ok = ok && device.SetGlobalSums(global, global) && device.Run(from_sums, &out);
+  for (int c = 0; ok && c < 5; ++c) {
+    ok = out.doffset[c] == static_cast<float>(global[c]) &&
+         out.dscale[c] == static_cast<float>(global[c] * from_sums.InvStd(in.variance[c]));
+  }
+  Check(ok, std::string(TypeName<T>()) + ": stages of an empty batch: zero sums, global gradients");
+}
+
 template <typename T>
 void RunAll() {
   CheckNanStubFails<T>();
+  RunStages<T>();
   RunRandomAndAwkwardShapes<T>();
   RunSpecialValues<T>();
   RunDegenerateStatistics<T>();

@@ -41,7 +41,7 @@ class DeviceCase {
         shift_(shift) {
     ok_ = Alloc(&dy_, n_ + shift) && Alloc(&x_, n_ + shift) && Alloc(&dx_, n_ + shift) &&
           Alloc(&scale_, c_) && Alloc(&mean_, c_) && Alloc(&var_, c_) && Alloc(&dscale_, c_) &&
-          Alloc(&doffset_, c_) && Alloc(&scratch_, scratch_bytes_);
+          Alloc(&doffset_, c_) && Alloc(&scratch_, scratch_bytes_) && Alloc(&sums_, 4 * c_);
     ok_ = ok_ && Copy(dy_ + shift, dy, n_) && Copy(x_ + shift, x, n_) &&
           Copy(scale_, per_channel.scale.data(), c_) &&
           Copy(mean_, per_channel.mean.data(), c_) &&
@@ -53,7 +53,8 @@ class DeviceCase {
     for (void* p : {static_cast<void*>(dy_), static_cast<void*>(x_), static_cast<void*>(dx_),
                     static_cast<void*>(scale_), static_cast<void*>(mean_),
                     static_cast<void*>(var_), static_cast<void*>(dscale_),
-                    static_cast<void*>(doffset_), static_cast<void*>(scratch_)}) {
+                    static_cast<void*>(doffset_), static_cast<void*>(scratch_),
+                    static_cast<void*>(sums_)}) {
       cudaFree(p);
     }
   }
@@ -71,7 +72,7 @@ class DeviceCase {
                           "dy into dx")
                  : Garbage(dx_, n_ + shift_, stream);
     if (!(dx_ready && Garbage(dscale_, c_, stream) && Garbage(doffset_, c_, stream) &&
-          Garbage(scratch_, scratch_bytes_, stream))) {
+          Garbage(scratch_, scratch_bytes_, stream) && Garbage(sums_, 2 * c_, stream))) {
       return false;
     }
     Tensors<T> t;
@@ -83,6 +84,11 @@ class DeviceCase {
     t.x_backprop = dx_ + shift_;
     t.scale_backprop = dscale_;
     t.offset_backprop = doffset_;
+    // Synchronized batch norm's stages: this case's sums, and the global ones (SetGlobalSums).
+    t.sum_dy = sums_;
+    t.sum_dy_xc = sums_ + c_;
+    t.global_sum_dy = sums_ + 2 * c_;
+    t.global_sum_dy_xc = sums_ + 3 * c_;
     const int error = BatchNormGradGpu(params, t, scratch_, stream);
     return CudaOk(static_cast<cudaError_t>(error), "BatchNormGradGpu");
   }
@@ -91,6 +97,18 @@ class DeviceCase {
   bool Fetch(Outputs<T>* out) const {
     return Back(out->dx.data(), dx_ + shift_, n_) && Back(out->dscale.data(), dscale_, c_) &&
            Back(out->doffset.data(), doffset_, c_);
+  }
+
+  // The sums Stage::kSums wrote (after the kernels have finished): Σ dy, then Σ dy·(x − mean).
+  bool FetchSums(std::vector<double>* sum_dy, std::vector<double>* sum_dy_xc) const {
+    sum_dy->resize(c_);
+    sum_dy_xc->resize(c_);
+    return Back(sum_dy->data(), sums_, c_) && Back(sum_dy_xc->data(), sums_ + c_, c_);
+  }
+
+  // The global sums Stage::kDxFromSums reads.
+  bool SetGlobalSums(const std::vector<double>& sum_dy, const std::vector<double>& sum_dy_xc) {
+    return Copy(sums_ + 2 * c_, sum_dy.data(), c_) && Copy(sums_ + 3 * c_, sum_dy_xc.data(), c_);
   }
 
   // Launch on the legacy default stream, wait, fetch.
@@ -125,6 +143,7 @@ class DeviceCase {
   float *scale_ = nullptr, *mean_ = nullptr, *var_ = nullptr, *dscale_ = nullptr,
         *doffset_ = nullptr;
   unsigned char* scratch_ = nullptr;
+  double* sums_ = nullptr;  // [4][C]: this case's Σ dy, Σ dy·(x − mean), then the global ones
 };
 
 }  // namespace testing
