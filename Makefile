@@ -21,6 +21,7 @@
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # arm64-core-test (the CPU core cross-built for AArch64, its test and its bits under qemu),
 # wheel-aarch64 (the Linux AArch64 wheel, cross-compiled against TensorFlow's AArch64 wheel),
+# bench-sync (synchronized batch norm's training step on 2 workers, ours against Keras'),
 # platform-test (the wheel installed and checked under every CPython it is tagged for, in
 # TensorFlow's CUDA build, in a Debian 13 root and, the AArch64 wheel, in an arm64 root under
 # qemu), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
@@ -81,7 +82,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
-        tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 \
+        tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync \
         xla-ffi-test clean
 
 demo: lib
@@ -353,6 +354,13 @@ wheel-aarch64: $(DEPS)
 PLATFORMS ?=
 platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,all)),wheel-aarch64)
 	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) $(PLATFORMS)
+
+# A synchronized training step on 2 workers (MultiWorkerMirroredStrategy on 127.0.0.1, the CPU):
+# tf_fbn_ops' synchronized layer against Keras', a small convnet and MobileNetV2; step time and
+# collectives per step (benchmarks/sync_bn/; options in SYNC_BENCH_ARGS).
+SYNC_BENCH_ARGS ?=
+bench-sync: lib
+	$(PY) benchmarks/sync_bn/run.py $(SYNC_BENCH_ARGS)
 
 # TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
 # each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.
