@@ -324,7 +324,7 @@ wheel: $(DEPS)
 	$(PY) tools/build_wheel.py --out dist --cuda-toolkit $(WHEEL_CUDA_TOOLKIT)
 
 wheel-smoke: wheel
-	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) \
+	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) \
 	    --tensorflow "$(TF_PACKAGE)" \
 	    $(if $(filter debian-12.4,$(WHEEL_CUDA_TOOLKIT)),--cuda 12.4)
 
@@ -353,7 +353,7 @@ wheel-aarch64: $(DEPS)
 # longest: everything runs under qemu.
 PLATFORMS ?=
 platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,all)),wheel-aarch64)
-	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*.whl | head -1) $(PLATFORMS)
+	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) $(PLATFORMS)
 
 # A synchronized training step on 2 workers (MultiWorkerMirroredStrategy on 127.0.0.1, the CPU):
 # tf_fbn_ops' synchronized layer against Keras', a small convnet and MobileNetV2; step time and

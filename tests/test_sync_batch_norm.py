@@ -304,3 +304,86 @@ def test_a_worker_that_dies_stops_the_other_with_an_error(tmp_path) -> None:
     (chief_status, chief_out, chief_err), (dead_status, _, _) = results
     assert dead_status == 3
     assert chief_status == 0 and "WORKER FAILED" in chief_out, chief_out + chief_err[-3000:]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("shape, axis", [((4, 5, 6, 3), -1), ((4, 3, 5, 6), 1),
+                                         ((2, 3, 4, 5, 6), -1)])
+def test_keras_layer_outside_a_strategy_matches_keras(dtype, shape, axis) -> None:
+    """synchronized=True with one replica: Keras' synchronized layer's outputs, gradients and
+    moving statistics, to the input type's rounding."""
+    import keras  # noqa: PLC0415
+
+    import tf_fbn_ops.keras as fbn_keras  # noqa: PLC0415
+    rng = np.random.default_rng(2)
+    x = tf.cast(rng.standard_normal(shape) * 3 + 10, dtype)
+    dy = tf.cast(rng.standard_normal(shape), dtype)
+    results = []
+    for layer_class in (keras.layers.BatchNormalization, fbn_keras.BatchNormalization):
+        layer = layer_class(axis=axis, synchronized=True, momentum=0.5, dtype=dtype)
+        layer.build(shape)
+        layer.gamma.assign(rng.uniform(0.5, 1.5, shape[axis]).astype(np.float32)
+                           if not results else results[0][-1])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        grads = tape.gradient(y, [x, layer.gamma, layer.beta], output_gradients=dy)
+        results.append([np.asarray(tf.cast(t, tf.float32)) for t in
+                        (y, *grads, layer.moving_mean, layer.moving_variance)] +
+                       [np.asarray(layer.gamma)])
+    tolerance = {"float32": 1e-4, "float16": 4e-3, "bfloat16": 3e-2}[dtype]
+    for ours, theirs in zip(results[1][:-1], results[0][:-1]):
+        np.testing.assert_allclose(ours, theirs, rtol=tolerance,
+                                   atol=tolerance * np.max(np.abs(theirs)))
+
+
+def test_replace_batch_norm_keeps_synchronized() -> None:
+    import keras  # noqa: PLC0415
+
+    import tf_fbn_ops.keras as fbn_keras  # noqa: PLC0415
+    model = keras.Sequential([keras.Input((4, 4, 3)),
+                              keras.layers.BatchNormalization(synchronized=True)])
+    copy = fbn_keras.replace_batch_norm(model)
+    assert type(copy.layers[0]) is fbn_keras.BatchNormalization
+    assert copy.layers[0].synchronized
+
+
+@pytest.mark.parametrize("data_format, shape", SHAPES[:1] + SHAPES[2:3] + SHAPES[5:7])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+def test_under_xla_the_halves_match_the_kernels(data_format, shape, dtype) -> None:
+    """jit_compile=True: the HLO lowerings, with the count a run-time value, against the
+    kernels: the sums to double rounding, x_backprop and the gradients to one unit of their
+    type."""
+    t = inputs(shape, data_format, dtype, seed=6)
+    channels = shape[CHANNEL_AXIS[data_format]]
+    count = tf.constant(int(np.prod(shape)) // channels, tf.int64)
+
+    def halves(dy, x, scale, mean, variance, count):
+        sums = shim_ops.sync_batch_norm_grad_sums(dy, x, mean, data_format=data_format)
+        out = shim_ops.sync_batch_norm_grad_from_sums(
+            dy, x, scale, mean, variance, sums.sum_dy, sums.sum_dy_xc, count, epsilon=EPSILON,
+            data_format=data_format)
+        return (sums.sum_dy, sums.sum_dy_xc, *out)
+
+    args = (t["y_backprop"], t["x"], t["scale"], t["mean"], t["variance"], count)
+    eager = halves(*args)
+    compiled = tf.function(halves, jit_compile=True)(*args)
+    unit = {tf.float32: 2.0**-23, tf.float16: 2.0**-10, tf.bfloat16: 2.0**-7}[dtype]
+    for i, (want, got) in enumerate(zip(eager, compiled)):
+        want64 = np.asarray(tf.cast(want, tf.float64))
+        got64 = np.asarray(tf.cast(got, tf.float64))
+        bound = (1e-12 if i < 2 else 2 * (unit if i == 2 else 2.0**-23)) * max(
+            np.max(np.abs(want64)), 1e-30)
+        assert np.max(np.abs(got64 - want64)) <= bound, i
+
+
+def test_under_xla_a_constant_count_is_checked() -> None:
+    @tf.function(jit_compile=True)
+    def from_sums(x):
+        vector = tf.ones([5])
+        sums = tf.zeros([5], tf.float64)
+        return shim_ops.sync_batch_norm_grad_from_sums(x, x, vector, vector, vector, sums, sums,
+                                                       tf.constant(3, tf.int64))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"count \(3\) must be at least"):
+        from_sums(tf.zeros([2, 3, 4, 5]))

@@ -122,7 +122,8 @@ def test_lowerings_registered_for_both_xla_devices() -> None:
     types as the CPU kernels."""
     from tensorflow.python.framework import kernels  # noqa: PLC0415
 
-    for op in ("FbnFusedBatchNormGrad", "FbnFusedBatchNormGradV2", "FbnFusedBatchNormGradV3"):
+    for op in ("FbnFusedBatchNormGrad", "FbnFusedBatchNormGradV2", "FbnFusedBatchNormGradV3",
+               "FbnSyncBatchNormGradSums", "FbnSyncBatchNormGradFromSums"):
         by_device: dict[str, list] = {}
         for kernel in kernels.get_registered_kernels_for_op(op).kernel:
             constraints = sorted((c.name, tuple(c.allowed_values.list.type))

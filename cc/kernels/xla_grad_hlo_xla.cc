@@ -11,39 +11,6 @@
 
 namespace tensorflow {
 namespace fbn_kernels {
-namespace {
-
-// The per-channel vectors (shape [C]) spread along x's channel dimension.
-class ChannelBroadcast {
- public:
-  ChannelBroadcast(const TensorShape& x, int channel_dim)
-      : channel_dim_(channel_dim) {
-    for (int d = 0; d < x.dims(); ++d) {
-      dims_.push_back(x.dim_size(d));
-      if (d != channel_dim) reduce_dims_.push_back(d);
-    }
-  }
-
-  xla::XlaOp Spread(xla::XlaOp per_channel) const {
-    return xla::BroadcastInDim(per_channel, dims_, {channel_dim_});
-  }
-
-  // Sum over every dimension but the channel one, in double.
-  xla::XlaOp SumPerChannel(XlaOpKernelContext* ctx, xla::XlaOp values) const {
-    return xla::Reduce(values, xla::ConstantR0<double>(ctx->builder(), 0.0),
-                       *ctx->GetOrCreateAdd(DT_DOUBLE), reduce_dims_);
-  }
-
- private:
-  std::vector<int64_t> dims_;
-  std::vector<int64_t> reduce_dims_;
-  int64_t channel_dim_;
-};
-
-xla::XlaOp Widen(xla::XlaOp value) { return xla::ConvertElementType(value, xla::F64); }
-
-}  // namespace
-
 void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
                   const fbn::Shape& shape) {
   xla::XlaBuilder* b = ctx->builder();

@@ -1,0 +1,122 @@
+// XLA kernels of synchronized batch norm's two backward ops (cc/ops/fbn_sync_ops.cc), on XLA's
+// CPU and GPU JIT devices: HLO lowerings with the gradient lowering's numerics
+// (xla_grad_hlo_xla.cc: inputs widened to double, sums and coefficients in double, each output
+// rounded once), so compiled results agree with the kernels to about an ulp. Not custom calls:
+// the sums' bits are XLA's reduction order's, the same on every replica that runs the same
+// program.
+//
+// Checks are the kernels' (sync_grad_validation.*) at compile time. The count is a run-time
+// value under XLA: it is checked where it is a compile-time constant, and otherwise a count below
+// the replica's own elements gives wrong gradients, not an error.
+#include "cc/kernels/sync_grad_validation.h"
+#include "cc/kernels/xla_grad_lowerings.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+namespace {
+
+class SyncGradSumsXlaOp : public XlaOpKernel {
+ public:
+  explicit SyncGradSumsXlaOp(OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
+    const Status status = ReadSyncAttrs(ctx, /*has_epsilon=*/false, &attrs_);
+    OP_REQUIRES(ctx, status.ok(), status);
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    fbn::Shape shape;
+    const TensorShape mean_shape = ctx->InputShape(2);
+    const Status valid = ValidateSyncInputs(ctx->InputShape(0), ctx->InputShape(1),
+                                            {{"mean", &mean_shape}}, attrs_, &shape);
+    OP_REQUIRES(ctx, valid.ok(), valid);
+    const TensorShape x_shape = ctx->InputShape(1);
+    const ChannelBroadcast channels(x_shape, attrs_.channels_last ? x_shape.dims() - 1 : 1);
+    const xla::XlaOp dy = Widen(ctx->Input(0));
+    const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(2)));
+    ctx->SetOutput(0, channels.SumPerChannel(ctx, dy));
+    ctx->SetOutput(1, channels.SumPerChannel(ctx, dy * xc));
+  }
+
+ private:
+  SyncAttrs attrs_;
+};
+
+class SyncGradFromSumsXlaOp : public XlaOpKernel {
+ public:
+  explicit SyncGradFromSumsXlaOp(OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
+    const Status status = ReadSyncAttrs(ctx, /*has_epsilon=*/true, &attrs_);
+    OP_REQUIRES(ctx, status.ok(), status);
+  }
+
+  void Compile(XlaOpKernelContext* ctx) override {
+    fbn::Shape shape;
+    const TensorShape scale = ctx->InputShape(2), mean = ctx->InputShape(3),
+                      variance = ctx->InputShape(4), sum_dy = ctx->InputShape(5),
+                      sum_dy_xc = ctx->InputShape(6), count_shape = ctx->InputShape(7);
+    const Status valid = ValidateSyncInputs(
+        ctx->InputShape(0), ctx->InputShape(1),
+        {{"scale", &scale}, {"mean", &mean}, {"variance", &variance}, {"sum_dy", &sum_dy},
+         {"sum_dy_xc", &sum_dy_xc}},
+        attrs_, &shape);
+    OP_REQUIRES(ctx, valid.ok(), valid);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(count_shape),
+                errors::InvalidArgument("count must be a scalar, got shape ",
+                                        count_shape.DebugString()));
+    int64_t constant_count;
+    if (ctx->ConstantInputAsIntScalar(7, &constant_count).ok()) {
+      Tensor count(DT_INT64, TensorShape({}));
+      count.scalar<int64_t>()() = constant_count;
+      const Status counted = ValidateGlobalCount(count, shape, &constant_count);
+      OP_REQUIRES(ctx, counted.ok(), counted);
+    }
+
+    xla::XlaBuilder* b = ctx->builder();
+    const TensorShape x_shape = ctx->InputShape(1);
+    const ChannelBroadcast channels(x_shape, attrs_.channels_last ? x_shape.dims() - 1 : 1);
+    const xla::XlaOp dy = Widen(ctx->Input(0));
+    const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(3)));
+    const xla::XlaOp inv_std =
+        xla::ConstantR0<double>(b, 1.0) /
+        xla::Sqrt(Widen(ctx->Input(4)) + xla::ConstantR0<double>(b, attrs_.epsilon));
+    const xla::XlaOp global_dy = ctx->Input(5);
+    const xla::XlaOp global_dy_xc = ctx->Input(6);
+    const xla::XlaOp count = Widen(ctx->Input(7));
+    const xla::XlaOp dy_mean = global_dy / count;
+    const xla::XlaOp coef2 = inv_std * inv_std * (global_dy_xc / count);
+    const xla::XlaOp x_backprop =
+        channels.Spread(Widen(ctx->Input(2)) * inv_std) *
+        ((dy - channels.Spread(dy_mean)) - xc * channels.Spread(coef2));
+    ctx->SetOutput(0, xla::ConvertElementType(x_backprop, ctx->input_xla_type(1)));
+    ctx->SetOutput(1, xla::ConvertElementType(global_dy_xc * inv_std, xla::F32));
+    ctx->SetOutput(2, xla::ConvertElementType(global_dy, xla::F32));
+  }
+
+ private:
+  SyncAttrs attrs_;
+};
+
+// The count is an XLA operand like any other, a run-time value (the all-reduce's): no host
+// memory, no compile-time constant required.
+#define FBN_REGISTER_SYNC_XLA_KERNELS_FOR(DEVICE_NAME, T)                                 \
+  REGISTER_KERNEL_BUILDER(Name("FbnSyncBatchNormGradSums")                                \
+                              .Device(DEVICE_NAME)                                        \
+                              .TypeConstraint<T>("T")                                     \
+                              .TypeConstraint<float>("U"),                                \
+                          SyncGradSumsXlaOp);                                             \
+  REGISTER_KERNEL_BUILDER(Name("FbnSyncBatchNormGradFromSums")                            \
+                              .Device(DEVICE_NAME)                                        \
+                              .TypeConstraint<T>("T")                                     \
+                              .TypeConstraint<float>("U"),                                \
+                          SyncGradFromSumsXlaOp)
+
+#define FBN_REGISTER_SYNC_XLA_KERNELS(DEVICE_NAME)                                        \
+  FBN_REGISTER_SYNC_XLA_KERNELS_FOR(DEVICE_NAME, float);                                  \
+  FBN_REGISTER_SYNC_XLA_KERNELS_FOR(DEVICE_NAME, Eigen::half);                            \
+  FBN_REGISTER_SYNC_XLA_KERNELS_FOR(DEVICE_NAME, Eigen::bfloat16)
+
+FBN_REGISTER_SYNC_XLA_KERNELS(DEVICE_CPU_XLA_JIT);
+FBN_REGISTER_SYNC_XLA_KERNELS(DEVICE_GPU_XLA_JIT);
+
+}  // namespace
+}  // namespace fbn_kernels
+}  // namespace tensorflow
