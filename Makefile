@@ -382,7 +382,7 @@ BAZEL       ?= bazel
 SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) \
                --test_env=PATH=$(abspath $(VENV))/bin:/usr/bin:/bin
-BAZEL_TESTS := //:core_test //:parity_smoke_test
+BAZEL_TESTS := //:core_test //:core_stages_test //:parity_smoke_test
 
 bazel-test: $(DEPS)
 	command -v $(BAZEL) >/dev/null || $(SUDO) apt-get install -y -q bazel-bootstrap || \
