@@ -391,5 +391,7 @@ bazel-test: $(DEPS)
 	$(if $(NVCC),$(BAZEL) test $(BAZEL_FLAGS) --repo_env=TF_NEED_CUDA=1 $(BAZEL_TESTS))
 	$(BAZEL) shutdown
 
+# A platform root's /proc stays mounted if its run was killed: unmounted before deleting.
 clean:
+	-for root in build/platform/*/; do umount -q "$${root}proc" 2>/dev/null; done; true
 	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py

@@ -61,9 +61,12 @@ class DebianRoot:
             self._enable_emulation(log)
             return 0.0
         start = time.time()
-        missing = [p for p, tool in (("debootstrap", "debootstrap"),
-                                     ("qemu-user-static", "qemu-aarch64-static"))
-                   if shutil.which(tool) is None and (p == "debootstrap" or self.foreign)]
+        if self.foreign and self.arch not in BINFMT:
+            raise RootError(f"no emulator known for {self.arch}")
+        needed = {"debootstrap": "debootstrap"}  # package: a program it installs
+        if self.foreign:
+            needed["qemu-user-static"] = f"{BINFMT[self.arch]}-static"
+        missing = [package for package, program in needed.items() if shutil.which(program) is None]
         if missing:
             run(["apt-get", "install", "-y", "-q", *missing], log)
         self._enable_emulation(log)
@@ -83,9 +86,7 @@ class DebianRoot:
         flag that lets the kernel find the emulator from inside the chroot."""
         if not self.foreign:
             return
-        entry = BINFMT.get(self.arch)
-        if entry is None:
-            raise RootError(f"no emulator known for {self.arch}")
+        entry = BINFMT[self.arch]
         binfmt = Path("/proc/sys/fs/binfmt_misc")
         if not (binfmt / "register").exists():
             run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(binfmt)], log)
@@ -98,20 +99,18 @@ class DebianRoot:
 
     @contextlib.contextmanager
     def mounted(self, log) -> Iterator[None]:
-        """/proc and /dev inside the root, the host's resolver and certificate bundle (with a
-        proxy's CA, where there is one) as its own: pip reads the system's store."""
+        """/proc inside the root, the host's resolver and certificate bundle (with a proxy's CA,
+        where there is one) as its own: pip reads the system's store. /dev is the root's own
+        (debootstrap made its nodes): a bind mount of the host's would survive a killed run, and
+        deleting the root (make clean) would then delete the host's devices."""
         shutil.copy("/etc/resolv.conf", self.path / "etc" / "resolv.conf")
         bundle = self.path / "etc" / "ssl" / "certs" / "ca-certificates.crt"
         bundle.unlink(missing_ok=True)
         shutil.copy("/etc/ssl/certs/ca-certificates.crt", bundle)
-        proc, dev = self.path / "proc", self.path / "dev"
+        proc = self.path / "proc"
         run(["mount", "-t", "proc", "proc", str(proc)], log)
         try:
-            run(["mount", "--bind", "/dev", str(dev)], log)
-            try:
-                yield
-            finally:
-                run(["umount", str(dev)], log)
+            yield
         finally:
             run(["umount", str(proc)], log)
 
