@@ -2,7 +2,7 @@
 functional form in a custom step and the Keras 3 layer with ``synchronized=True`` (ours and
 Keras'), results saved for tests/test_sync_batch_norm.py to compare.
 
-Usage: python sync_bn_worker.py {mirrored2|mirrored3|multiworker|dies} OUT.npz
+Usage: python sync_bn_worker.py {mirrored2|mirrored3|mirrored2-onedevice|multiworker|dies} OUT.npz
 ("multiworker" and "dies" read TF_CONFIG; run one process per worker. In "dies" worker 1 exits
 before the first collective and worker 0 must fail with an error, not hang.)
 """
@@ -19,11 +19,16 @@ import tensorflow as tf  # noqa: E402
 
 mode, out_path = sys.argv[1], sys.argv[2]
 if mode.startswith("mirrored"):
-    replicas = int(mode[len("mirrored"):])
+    # mirrored2, mirrored3, or mirrored2-onedevice: the all-reduce gathered on one device and
+    # broadcast (ReductionToOneDevice) instead of TensorFlow's collectives.
+    count, _, algorithm = mode[len("mirrored"):].partition("-")
+    replicas = int(count)
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
-    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)])
+    cross_device_ops = tf.distribute.ReductionToOneDevice() if algorithm == "onedevice" else None
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(replicas)],
+                                              cross_device_ops=cross_device_ops)
 else:
     # A bounded wait for a peer that is gone: the dying-worker case must end, not hang.
     options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=60)
