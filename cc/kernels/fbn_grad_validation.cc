@@ -18,6 +18,25 @@ Status CheckChannels(const char* name, const TensorShape& t, int64_t channels) {
 
 }  // namespace
 
+fbn::Shape CoreShapeOf(const TensorShape& x, bool channels_last) {
+  // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.
+  const int channel_dim = channels_last ? x.dims() - 1 : 1;
+  fbn::Shape shape;
+  shape.channels_last = channels_last;
+  shape.batch = x.dim_size(0);
+  shape.channels = x.dim_size(channel_dim);
+  // An empty x may have dims whose product overflows int64 (TensorShape allows [0, 2^62, 2^62, 1]);
+  // the core only needs spatial when there is data, so leave it 0 then.
+  shape.spatial = 0;
+  if (x.num_elements() > 0) {
+    shape.spatial = 1;
+    for (int d = 1; d < x.dims(); ++d) {
+      if (d != channel_dim) shape.spatial *= x.dim_size(d);
+    }
+  }
+  return shape;
+}
+
 Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs) {
   TF_RETURN_IF_ERROR(ctx->GetAttr("epsilon", &attrs->epsilon));
   std::string data_format;
@@ -58,21 +77,7 @@ Status ValidateGradInputs(const TensorShape& y_backprop, const TensorShape& x,
                                    y_backprop.DebugString());
   }
 
-  // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.
-  const int channel_dim = attrs.channels_last ? x.dims() - 1 : 1;
-  shape->channels_last = attrs.channels_last;
-  shape->batch = x.dim_size(0);
-  shape->channels = x.dim_size(channel_dim);
-  // An empty x may have dims whose product overflows int64 (TensorShape allows [0, 2^62, 2^62, 1]);
-  // the core only needs spatial when there is data, so leave it 0 then.
-  shape->spatial = 0;
-  if (x.num_elements() > 0) {
-    shape->spatial = 1;
-    for (int d = 1; d < x.dims(); ++d) {
-      if (d != channel_dim) shape->spatial *= x.dim_size(d);
-    }
-  }
-
+  *shape = CoreShapeOf(x, attrs.channels_last);
   TF_RETURN_IF_ERROR(CheckChannels("scale", scale, shape->channels));
   TF_RETURN_IF_ERROR(CheckChannels("reserve_space_1", reserve_space_1, shape->channels));
   return CheckChannels("reserve_space_2", reserve_space_2, shape->channels);

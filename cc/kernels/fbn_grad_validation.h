@@ -20,6 +20,10 @@ struct GradAttrs {
 
 Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
 
+// x (4-D or 5-D, rank already checked) as the core sees it: [N, C, S] with S the product of the
+// spatial dims (0 for an empty x).
+fbn::Shape CoreShapeOf(const TensorShape& x, bool channels_last);
+
 // Validates the shapes of the five inputs TensorFlow validates (reserve_space_3 of V3 is never
 // examined, as in TensorFlow) and, on success, describes x for the core. The layout is keyed on
 // x's rank, not on the data_format string: a 5-D x is NDHWC/NCDHW whatever 4-D name the format

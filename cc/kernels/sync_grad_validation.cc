@@ -1,5 +1,6 @@
 #include "cc/kernels/sync_grad_validation.h"
 
+#include "cc/kernels/fbn_grad_validation.h"
 #include "tensorflow/core/util/tensor_format.h"
 
 namespace tensorflow {
@@ -30,17 +31,7 @@ Status ValidateSyncInputs(
     return errors::InvalidArgument("x and y_backprop must have the same shape, got ",
                                    x.DebugString(), " and ", y_backprop.DebugString());
   }
-  const int channel_dim = attrs.channels_last ? x.dims() - 1 : 1;
-  shape->channels_last = attrs.channels_last;
-  shape->batch = x.dim_size(0);
-  shape->channels = x.dim_size(channel_dim);
-  shape->spatial = 0;  // as in ValidateGradInputs: no product of an empty x's dims
-  if (x.num_elements() > 0) {
-    shape->spatial = 1;
-    for (int d = 1; d < x.dims(); ++d) {
-      if (d != channel_dim) shape->spatial *= x.dim_size(d);
-    }
-  }
+  *shape = CoreShapeOf(x, attrs.channels_last);
   for (const auto& [name, vector] : per_channel) {
     if (vector->dims() != 1 || vector->dim_size(0) != shape->channels) {
       return errors::InvalidArgument(name, " must be a vector of the ", shape->channels,
