@@ -21,7 +21,8 @@
 # elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
 # arm64-core-test (the CPU core cross-built for AArch64, its test and its bits under qemu),
 # wheel-aarch64 (the Linux AArch64 wheel, cross-compiled against TensorFlow's AArch64 wheel),
-# bench-sync (synchronized batch norm's training step on 2 workers, ours against Keras'),
+# bench-sync (synchronized batch norm's training step on 2 workers, ours against Keras'), bench-sync-xla
+# (its two backward ops under XLA: custom calls against HLO lowerings),
 # platform-test (the wheel installed and checked under every CPython it is tagged for, in
 # TensorFlow's CUDA build, in a Debian 13 root and, the AArch64 wheel, in an arm64 root under
 # qemu), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
@@ -82,7 +83,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
-        tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync \
+        tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync bench-sync-xla \
         xla-ffi-test clean
 
 demo: lib
@@ -223,7 +224,7 @@ $(XLA_FFI_GPU_OBJECT): $(CC_FILES)
 
 $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECT))
 	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG -fPIC -fvisibility=hidden -shared -I$(XLA_FFI_INCLUDE) \
-	    $(XLA_FFI_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),cc/xla_ffi/bn_grad_ffi_gpu.cc \
+	    $(XLA_FFI_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),$(wildcard cc/xla_ffi/*_gpu.cc) \
 	    $(XLA_FFI_GPU_OBJECT) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
 	    -ldl -lrt) -Wl,--no-undefined -o $@
 
@@ -233,6 +234,7 @@ $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$
 # gpu-emu-test; any report aborts.
 XLA_FFI_TEST     := build/xla_ffi_test
 XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
+XLA_FFI_SYNC_TEST := build/xla_ffi_sync_test
 XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
                       -fno-sanitize-recover=all -fno-omit-frame-pointer -I$(XLA_FFI_INCLUDE)
 
@@ -244,13 +246,22 @@ $(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 $(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
 	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
-	    -x c++ cc/core/bn_grad_gpu.cu -x none cc/xla_ffi/bn_grad_ffi_gpu.cc \
+	    -x c++ cc/core/bn_grad_gpu.cu -x none $(wildcard cc/xla_ffi/*_gpu.cc) \
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
-xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST)
+# Synchronized batch norm's handlers, CPU and CUDA (emulated) in one program.
+$(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator $(XLA_FFI_SOURCES) \
+	    -x c++ cc/core/bn_grad_gpu.cu -x none $(wildcard cc/xla_ffi/*_gpu.cc) \
+	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_sync_test.cc cc/tests/gpu_emulator/emulator.cc \
+	    -o $@
+
+xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_SYNC_TEST)
 
 gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
 	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)
@@ -361,6 +372,11 @@ platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,a
 SYNC_BENCH_ARGS ?=
 bench-sync: lib
 	$(PY) benchmarks/sync_bn/run.py $(SYNC_BENCH_ARGS)
+
+# Synchronized batch norm's two backward ops under jit_compile=True: the custom calls of the
+# kernels against the HLO lowerings and the kernels without XLA, one process (the CPU).
+bench-sync-xla: lib
+	$(PY) benchmarks/sync_bn/xla_paths.py
 
 # TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
 # each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.

@@ -2,9 +2,11 @@
 functional form in a custom step and the Keras 3 layer with ``synchronized=True`` (ours and
 Keras'), results saved for tests/test_sync_batch_norm.py to compare.
 
-Usage: python sync_bn_worker.py {mirrored2|mirrored3|mirrored2-onedevice|multiworker|dies} OUT.npz
-("multiworker" and "dies" read TF_CONFIG; run one process per worker. In "dies" worker 1 exits
-before the first collective and worker 0 must fail with an error, not hang.)
+Usage: python sync_bn_worker.py
+           {mirrored2|mirrored3|mirrored2-onedevice|multiworker|dies|dies-mid-step} OUT.npz
+("multiworker", "dies" and "dies-mid-step" read TF_CONFIG; run one process per worker. In
+"dies" worker 1 exits before the first collective, in "dies-mid-step" inside a step, after the
+forward's all-reduce and before the backward's; worker 0 must fail with an error, not hang.)
 """
 
 import json
@@ -58,7 +60,24 @@ def local_rows(replica_id):
     return slice(int(starts[replica_id]), int(starts[replica_id + 1]))
 
 
-def functional_step():
+def exits_in_backward(y):
+    """y, whose gradient ends this process: after y is computed (the forward's collective done)
+    and before the backward of what made it."""
+
+    def exit_now(*_):
+        print("EXITING IN THE BACKWARD", flush=True)
+        os._exit(3)
+
+    @tf.custom_gradient
+    def identity(t):
+        def backward(upstream):
+            return tf.py_function(exit_now, [upstream, t], Tout=upstream.dtype)
+        return tf.identity(t), backward
+
+    return identity(y)
+
+
+def functional_step(exit_in_backward=False):
     """One forward and backward of synchronized_batch_norm per replica; every replica's y, dx,
     dscale, doffset and the global moments, and the step's graph's op counts."""
     scale = tf.Variable(SCALE)
@@ -76,6 +95,8 @@ def functional_step():
             with tf.GradientTape() as tape:
                 tape.watch(x)
                 y, moments = sync_batch_norm.synchronized_batch_norm(x, scale, offset, 1e-3)
+                if exit_in_backward:
+                    y = exits_in_backward(y)
                 loss = tf.reduce_sum(y * w)
             dx, dscale, doffset = tape.gradient(loss, [x, scale, offset])
             return y, dx, dscale, doffset, moments.mean, moments.variance
@@ -185,12 +206,12 @@ def keras_step_ops(layer_class, synchronized=True) -> dict[str, int]:
     return op_counts(step.get_concrete_function(batch).graph)
 
 
-if mode == "dies":
-    if task == 1:
+if mode in ("dies", "dies-mid-step"):
+    if mode == "dies" and task == 1:
         os._exit(3)  # before any collective: the chief must notice
     start = time.time()
     try:
-        functional_step()
+        functional_step(exit_in_backward=mode == "dies-mid-step" and task == 1)
     except Exception as error:  # noqa: BLE001 - any error is the expected outcome
         print(f"WORKER FAILED after {time.time() - start:.0f} s: {type(error).__name__}: "
               f"{str(error)[:300]}")

@@ -215,3 +215,47 @@ def test_gpu_synchronized_halves_match_the_oracle(dtype, data_format, shape) -> 
         scale_of = max(np.max(np.abs(want)), 1e-30)
         got = np.asarray(tf.cast(ours, tf.float32), np.float64)
         assert np.max(np.abs(got - want)) <= 4 * RTOL[dtype.name] * scale_of
+
+
+@needs_gpu
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
+@pytest.mark.parametrize("data_format, shape", [("NHWC", (4, 9, 9, 24)),
+                                                ("NCDHW", (2, 16, 3, 8, 8))])
+def test_gpu_synchronized_halves_under_xla(dtype, data_format, shape) -> None:
+    """jit_compile=True on the GPU, the count a run-time value on the device: the halves compile
+    to their CUDA custom calls, with the eager GPU kernels' bits; a count below this replica's
+    elements makes every output NaN (no error can come back from the device)."""
+    from tf_fbn_ops import _loader
+    from tf_fbn_ops import ops as shim_ops  # noqa: PLC0415
+    if _loader.xla_ffi_missing_reason() is not None:
+        pytest.skip(f"no custom calls in this build: {_loader.xla_ffi_missing_reason()}")
+    rng = np.random.default_rng(7)
+    channels = shape[-1 if data_format.endswith("C") else 1]
+    rest = int(np.prod(shape)) // channels
+
+    def halves(dy, x, scale, mean, variance, count):
+        sums = shim_ops.sync_batch_norm_grad_sums(dy, x, mean, data_format=data_format)
+        out = shim_ops.sync_batch_norm_grad_from_sums(
+            dy, x, scale, mean, variance, sums.sum_dy * 2.0, sums.sum_dy_xc * 2.0, count,
+            epsilon=1e-3, data_format=data_format)
+        return (sums.sum_dy, sums.sum_dy_xc, *out)
+
+    with tf.device("/GPU:0"):
+        args = (tf.cast(rng.standard_normal(shape), dtype),
+                tf.cast(rng.standard_normal(shape) * 2 + 3, dtype),
+                tf.constant(rng.uniform(0.5, 1.5, channels), tf.float32),
+                tf.constant(rng.uniform(2, 4, channels), tf.float32),
+                tf.constant(rng.uniform(3, 5, channels), tf.float32))
+        eager = halves(*args, tf.constant(2 * rest, tf.int64))
+        compiled = tf.function(halves, jit_compile=True)
+        count = tf.constant(2 * rest, tf.int64)
+        hlo = compiled.experimental_get_compiler_ir(*args, count)(stage="hlo")
+        jit = compiled(*args, count)
+        low = compiled(*args, tf.constant(rest - 1, tf.int64))
+    for target in ("sums", "from_sums"):
+        assert f'custom_call_target="tf_fbn_ops_sync_batch_norm_grad_{target}"' in hlo
+    assert "GPU" in jit[2].device
+    for i, (want, got) in enumerate(zip(eager, jit)):
+        assert got.numpy().tobytes() == want.numpy().tobytes(), i
+    for out in low[2:]:
+        assert np.all(np.isnan(np.asarray(tf.cast(out, tf.float32))))

@@ -123,9 +123,9 @@ def test_fallback_settings(setting):
         is None
 
 
-def test_synchronized_fuses_except_under_xla():
-    """synchronized=True runs the synchronized ops (tests/test_sync_batch_norm.py); they have no
-    XLA kernels yet, so under jit_compile the layer is Keras' own."""
+def test_synchronized_fuses_except_under_xla_in_a_strategy():
+    """synchronized=True runs the synchronized ops (tests/test_sync_batch_norm.py), under XLA
+    too outside a strategy (no collectives); under XLA inside one, the layer is Keras' own."""
     layer = fbn_keras.BatchNormalization(synchronized=True)
     assert layer.fused_data_format(tf.zeros([2, 3, 3, 4])) == "NHWC"
 
@@ -133,7 +133,9 @@ def test_synchronized_fuses_except_under_xla():
     def compiled(x):
         return tf.constant(layer.fused_data_format(x) is None)
 
-    assert bool(compiled(tf.zeros([2, 3, 3, 4])))
+    assert not bool(compiled(tf.zeros([2, 3, 3, 4])))
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        assert bool(compiled(tf.zeros([2, 3, 4, 4])))
 
 
 def test_fallback_dtypes_and_masks():

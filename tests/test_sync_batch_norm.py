@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from worker_processes import run_cluster, run_workers, worker_env
+from xla_paths import NO_CUSTOM_CALLS, xla_path  # noqa: F401 - the fixture
 
 import tf_fbn_ops
 from tf_fbn_ops import ops as shim_ops
@@ -25,6 +26,9 @@ from tf_fbn_ops import sync_batch_norm
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sync_bn_worker.py")
 CHANNEL_AXIS = sync_batch_norm.CHANNEL_AXIS
 EPSILON = 1e-3
+# What the synchronized ops compile to on the custom-call path.
+SYNC_TARGETS = ('custom_call_target="tf_fbn_ops_sync_batch_norm_grad_sums"',
+                'custom_call_target="tf_fbn_ops_sync_batch_norm_grad_from_sums"')
 # x_backprop against float64: a few float32 units of its largest element; the sums are float64.
 DX_TOLERANCE = 8 * 2.0**-23
 SUM_TOLERANCE = 4 * 2.0**-23
@@ -315,20 +319,39 @@ def test_multi_worker_mirrored_strategy(tmp_path) -> None:
     check_keras(loaded[0])
 
 
-def test_a_worker_that_dies_stops_the_other_with_an_error(tmp_path) -> None:
-    results = run_cluster([[sys.executable, WORKER, "dies", str(tmp_path / f"w{i}.npz")]
+@pytest.mark.parametrize("when", ["dies", "dies-mid-step"])
+def test_a_worker_that_dies_stops_the_other_with_an_error(tmp_path, when) -> None:
+    """Worker 1 exits before the step's first collective, or inside the step between the
+    forward's all-reduce and the backward's: worker 0 ends with an error, within the
+    collectives' 60 s timeout and the cluster's bound, not a hang."""
+    results = run_cluster([[sys.executable, WORKER, when, str(tmp_path / f"w{i}.npz")]
                            for i in range(2)], timeout_s=240)
-    (chief_status, chief_out, chief_err), (dead_status, _, _) = results
+    (chief_status, chief_out, chief_err), (dead_status, dead_out, _) = results
     assert dead_status == 3
+    assert ("EXITING IN THE BACKWARD" in dead_out) == (when == "dies-mid-step")
     assert chief_status == 0 and "WORKER FAILED" in chief_out, chief_out + chief_err[-3000:]
 
 
+def layer_step(layer):
+    """A training step of one layer: its outputs and the gradients of x, gamma and beta."""
+
+    def step(x, dy):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return y, tape.gradient(y, [x, layer.gamma, layer.beta], output_gradients=dy)
+
+    return step
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["eager", "xla"])
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("shape, axis", [((4, 5, 6, 3), -1), ((4, 3, 5, 6), 1),
                                          ((2, 3, 4, 5, 6), -1)])
-def test_keras_layer_outside_a_strategy_matches_keras(dtype, shape, axis) -> None:
+def test_keras_layer_outside_a_strategy_matches_keras(dtype, shape, axis, jit_compile) -> None:
     """synchronized=True with one replica: Keras' synchronized layer's outputs, gradients and
-    moving statistics, to the input type's rounding."""
+    moving statistics, to the input type's rounding; under XLA ours compiles to the
+    synchronized ops' custom calls."""
     import keras  # noqa: PLC0415
 
     import tf_fbn_ops.keras as fbn_keras  # noqa: PLC0415
@@ -341,10 +364,13 @@ def test_keras_layer_outside_a_strategy_matches_keras(dtype, shape, axis) -> Non
         layer.build(shape)
         layer.gamma.assign(rng.uniform(0.5, 1.5, shape[axis]).astype(np.float32)
                            if not results else results[0][-1])
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-        grads = tape.gradient(y, [x, layer.gamma, layer.beta], output_gradients=dy)
+        step = layer_step(layer)
+        if jit_compile:
+            step = tf.function(step, jit_compile=True)
+            if results and NO_CUSTOM_CALLS is None:
+                hlo = step.experimental_get_compiler_ir(x, dy)(stage="hlo")
+                assert all(target in hlo for target in SYNC_TARGETS)
+        y, grads = step(x, dy)
         results.append([np.asarray(tf.cast(t, tf.float32)) for t in
                         (y, *grads, layer.moving_mean, layer.moving_variance)] +
                        [np.asarray(layer.gamma)])
@@ -367,24 +393,33 @@ def test_replace_batch_norm_keeps_synchronized() -> None:
 
 @pytest.mark.parametrize("data_format, shape", SHAPES[:1] + SHAPES[2:3] + SHAPES[5:7])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float16, tf.bfloat16])
-def test_under_xla_the_halves_match_the_kernels(data_format, shape, dtype) -> None:
-    """jit_compile=True: the HLO lowerings, with the count a run-time value, against the
-    kernels: the sums to double rounding, x_backprop and the gradients to one unit of their
-    type."""
+def test_under_xla_the_halves_match_the_kernels(data_format, shape, dtype, xla_path) -> None:
+    """jit_compile=True, with the count a run-time value: the custom calls give the kernels'
+    bits; the HLO lowerings the sums to double rounding, x_backprop and the gradients to one
+    unit of their type."""
     t = inputs(shape, data_format, dtype, seed=6)
     channels = shape[CHANNEL_AXIS[data_format]]
-    count = tf.constant(int(np.prod(shape)) // channels, tf.int64)
+    count = tf.constant(int(np.prod(shape)) // channels * 3, tf.int64)
 
     def halves(dy, x, scale, mean, variance, count):
         sums = shim_ops.sync_batch_norm_grad_sums(dy, x, mean, data_format=data_format)
+        # As if two more replicas had brought the same sums: global sums and count of three.
         out = shim_ops.sync_batch_norm_grad_from_sums(
-            dy, x, scale, mean, variance, sums.sum_dy, sums.sum_dy_xc, count, epsilon=EPSILON,
-            data_format=data_format)
+            dy, x, scale, mean, variance, sums.sum_dy * 3.0, sums.sum_dy_xc * 3.0, count,
+            epsilon=EPSILON, data_format=data_format)
         return (sums.sum_dy, sums.sum_dy_xc, *out)
 
     args = (t["y_backprop"], t["x"], t["scale"], t["mean"], t["variance"], count)
     eager = halves(*args)
-    compiled = tf.function(halves, jit_compile=True)(*args)
+    compiled_fn = tf.function(halves, jit_compile=True)
+    hlo = compiled_fn.experimental_get_compiler_ir(*args)(stage="hlo")
+    compiled = compiled_fn(*args)
+    if xla_path == "custom_call":
+        assert all(target in hlo for target in SYNC_TARGETS), hlo
+        for i, (want, got) in enumerate(zip(eager, compiled)):
+            assert np.asarray(got).tobytes() == np.asarray(want).tobytes(), i
+        return
+    assert not any(target in hlo for target in SYNC_TARGETS)
     unit = {tf.float32: 2.0**-23, tf.float16: 2.0**-10, tf.bfloat16: 2.0**-7}[dtype]
     for i, (want, got) in enumerate(zip(eager, compiled)):
         want64 = np.asarray(tf.cast(want, tf.float64))
@@ -392,6 +427,22 @@ def test_under_xla_the_halves_match_the_kernels(data_format, shape, dtype) -> No
         bound = (1e-12 if i < 2 else 2 * (unit if i == 2 else 2.0**-23)) * max(
             np.max(np.abs(want64)), 1e-30)
         assert np.max(np.abs(got64 - want64)) <= bound, i
+
+
+@pytest.mark.skipif(NO_CUSTOM_CALLS is not None, reason=f"no custom calls: {NO_CUSTOM_CALLS}")
+def test_under_xla_the_cpu_custom_call_checks_a_run_time_count() -> None:
+    @tf.function(jit_compile=True)
+    def from_sums(x, count):
+        vector = tf.ones([5])
+        sums = tf.zeros([5], tf.float64)
+        return shim_ops.sync_batch_norm_grad_from_sums(x, x, vector, vector, vector, sums, sums,
+                                                       count)
+
+    x = tf.zeros([2, 3, 4, 5])
+    assert np.all(from_sums(x, tf.constant(24, tf.int64)).x_backprop.numpy() == 0)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"count \(23\) must be at least this replica's 24 elements"):
+        from_sums(x, tf.constant(23, tf.int64))
 
 
 def test_under_xla_a_constant_count_is_checked() -> None:

@@ -18,6 +18,7 @@ from cases import LARGE_SHAPE, Case, make_inputs, parity_cases
 from fresh_process import run_python
 from parity import assert_parity, sum_rtol, ulp
 from tf_calls import BUILTIN, SHIM, _kwargs, run_oracle, run_shim, run_tf
+from xla_paths import NO_CUSTOM_CALLS, xla_path  # noqa: F401 - the fixture
 from tf_fbn_ops import _loader
 
 pytestmark = pytest.mark.skipif(
@@ -26,19 +27,7 @@ pytestmark = pytest.mark.skipif(
 
 CASES = parity_cases()
 OUTPUTS = ("x_backprop", "scale_backprop", "offset_backprop")
-NO_CUSTOM_CALLS = _loader.xla_ffi_missing_reason()
 CUSTOM_CALL_TARGET = 'custom_call_target="tf_fbn_ops_batch_norm_grad"'
-
-
-@pytest.fixture(params=["custom_call", "hlo"])
-def xla_path(request, monkeypatch) -> str:
-    """Each test that takes it runs once per path; the variable is read at every compilation."""
-    monkeypatch.delenv(_loader.XLA_LOWERING_VARIABLE, raising=False)
-    if request.param == "custom_call" and NO_CUSTOM_CALLS is not None:
-        pytest.skip(f"this build compiles to the HLO lowering only: {NO_CUSTOM_CALLS}")
-    if request.param == "hlo":
-        monkeypatch.setenv(_loader.XLA_LOWERING_VARIABLE, "hlo")
-    return request.param
 
 
 def assert_compiled_by(path: str, hlo: str) -> None:

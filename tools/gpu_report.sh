@@ -63,7 +63,8 @@ run_step() {
     peers) python3 benchmarks/gpu_peers/peers.py ;;
     jax) python3 tools/jax_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda --time \
            --core build/gpu_peers/libfbn_core.so \
-           --out "$dir/jax_ffi.json" ;;
+           --out "$dir/jax_ffi.json" &&
+         python3 tools/jax_sync_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda ;;
   esac
 }
 

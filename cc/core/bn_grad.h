@@ -99,6 +99,11 @@ struct Tensors {
   // Stage::kDxFromSums reads the sums over every replica here.
   const double* global_sum_dy = nullptr;
   const double* global_sum_dy_xc = nullptr;
+  // CUDA core, kDxFromSums: where the global count lives in device memory (an XLA:GPU operand,
+  // the all-reduce's result), read there instead of Params::global_count. No error can come
+  // back from the device, so a count below this call's own elements per channel (the sums
+  // include them) makes every output NaN rather than quietly wrong.
+  const int64_t* device_global_count = nullptr;
 };
 
 // Runs fn(begin, end) over sub-ranges covering [0, count) exactly once, possibly in parallel.

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/bn_grad_gpu.h"
@@ -362,10 +363,17 @@ __global__ void __launch_bounds__(kThreads)
     a.t.sum_dy_xc[c] = sums[1];
     return;
   }
-  const double sum_dy = stage == Stage::kDxFromSums ? a.t.global_sum_dy[c] : sums[0];
+  double sum_dy = stage == Stage::kDxFromSums ? a.t.global_sum_dy[c] : sums[0];
   const double sum_dy_xc = stage == Stage::kDxFromSums ? a.t.global_sum_dy_xc[c] : sums[1];
 
-  const double inv_std = a.p.InvStd(a.t.variance[c]);
+  int64_t count = a.p.global_count;
+  double inv_std = a.p.InvStd(a.t.variance[c]);
+  if (stage == Stage::kDxFromSums && a.t.device_global_count != nullptr) {
+    count = *a.t.device_global_count;
+    if (count < a.rest) {  // see Tensors::device_global_count
+      sum_dy = inv_std = std::numeric_limits<double>::quiet_NaN();
+    }
+  }
   a.t.offset_backprop[c] = static_cast<float>(sum_dy);
   a.t.scale_backprop[c] = static_cast<float>(sum_dy_xc * inv_std);
   if (a.p.is_training) {
@@ -383,8 +391,7 @@ __global__ void __launch_bounds__(kThreads)
       a.t.scale_backprop[c] = static_cast<float>(scaled);
     }
     // dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), grouped as TensorFlow's expression.
-    const double rest =
-        static_cast<double>(stage == Stage::kDxFromSums ? a.p.global_count : a.rest);
+    const double rest = static_cast<double>(stage == Stage::kDxFromSums ? count : a.rest);
     a.coef[c] = a.t.scale[c] * inv_std;
     a.coef[a.channels + c] = sum_dy / rest;
     a.coef[2 * a.channels + c] = inv_std * inv_std * (sum_dy_xc / rest);

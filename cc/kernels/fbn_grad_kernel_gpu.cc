@@ -14,6 +14,7 @@
 #if FBN_XLA_FFI
 #include "cc/kernels/xla_ffi_targets.h"
 #include "cc/xla_ffi/bn_grad_ffi.h"
+#include "cc/xla_ffi/sync_grad_ffi.h"
 #endif
 
 namespace tensorflow {
@@ -60,7 +61,9 @@ void RegisterGpuKernels() {
   FBN_REGISTER_GRAD_KERNELS(DEVICE_GPU, GpuGradOp);
   FBN_REGISTER_SYNC_KERNELS(DEVICE_GPU, GpuDevice);
 #if FBN_XLA_FFI
-  RegisterXlaFfiTarget("CUDA", FbnBatchNormGradCuda);
+  RegisterXlaFfiTargets("CUDA", {{fbn::xla_ffi::kGradTarget, FbnBatchNormGradCuda},
+                                 {fbn::xla_ffi::kSyncSumsTarget, FbnSyncGradSumsCuda},
+                                 {fbn::xla_ffi::kSyncFromSumsTarget, FbnSyncGradFromSumsCuda}});
 #endif
 }
 

@@ -1,15 +1,22 @@
 // XLA kernels of synchronized batch norm's two backward ops (cc/ops/fbn_sync_ops.cc), on XLA's
-// CPU and GPU JIT devices: HLO lowerings with the gradient lowering's numerics
-// (xla_grad_hlo_xla.cc: inputs widened to double, sums and coefficients in double, each output
-// rounded once), so compiled results agree with the kernels to about an ulp. Not custom calls:
-// the sums' bits are XLA's reduction order's, the same on every replica that runs the same
-// program.
+// CPU and GPU JIT devices, with the gradient ops' two paths (xla_grad_lowerings.h):
+//   - custom calls of our FFI targets (cc/xla_ffi/sync_grad_ffi.h): the core's stages inside the
+//     compiled program, with the non-jit kernels' bits;
+//   - HLO lowerings with the gradient lowering's numerics (inputs widened to double, sums and
+//     coefficients in double, each output rounded once): within about an ulp of the kernels,
+//     the sums' bits XLA's reduction order's, the same on every replica that runs the same
+//     program.
 //
 // Checks are the kernels' (sync_grad_validation.*) at compile time. The count is a run-time
-// value under XLA: it is checked where it is a compile-time constant, and otherwise a count below
-// the replica's own elements gives wrong gradients, not an error.
+// value under XLA: it is checked where it is a compile-time constant; otherwise the CPU custom
+// call checks it when it runs, the CUDA one makes every output NaN for a count below the
+// replica's own elements, and the HLO lowering gives wrong gradients.
+#include <string>
+#include <vector>
+
 #include "cc/kernels/sync_grad_validation.h"
 #include "cc/kernels/xla_grad_lowerings.h"
+#include "cc/xla_ffi/sync_grad_ffi.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
 namespace tensorflow {
@@ -21,6 +28,7 @@ class SyncGradSumsXlaOp : public XlaOpKernel {
   explicit SyncGradSumsXlaOp(OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     const Status status = ReadSyncAttrs(ctx, /*has_epsilon=*/false, &attrs_);
     OP_REQUIRES(ctx, status.ok(), status);
+    device_type_ = ctx->device_type();
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -29,6 +37,15 @@ class SyncGradSumsXlaOp : public XlaOpKernel {
     const Status valid = ValidateSyncInputs(ctx->InputShape(0), ctx->InputShape(1),
                                             {{"mean", &mean_shape}}, attrs_, &shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
+    std::string why_hlo;
+    if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
+      const FfiResult sums{xla::F64, mean_shape};
+      const std::vector<xla::XlaOp> outputs =
+          CallFfiTarget(ctx, fbn::xla_ffi::kSyncSumsTarget, {0, 1, 2}, {sums, sums},
+                        FfiAttributes().Bool("channels_last", attrs_.channels_last));
+      for (size_t i = 0; i < outputs.size(); ++i) ctx->SetOutput(static_cast<int>(i), outputs[i]);
+      return;
+    }
     const TensorShape x_shape = ctx->InputShape(1);
     const ChannelBroadcast channels(x_shape, attrs_.channels_last ? x_shape.dims() - 1 : 1);
     const xla::XlaOp dy = Widen(ctx->Input(0));
@@ -39,6 +56,7 @@ class SyncGradSumsXlaOp : public XlaOpKernel {
 
  private:
   SyncAttrs attrs_;
+  DeviceType device_type_{DEVICE_CPU_XLA_JIT};
 };
 
 class SyncGradFromSumsXlaOp : public XlaOpKernel {
@@ -46,6 +64,7 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
   explicit SyncGradFromSumsXlaOp(OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     const Status status = ReadSyncAttrs(ctx, /*has_epsilon=*/true, &attrs_);
     OP_REQUIRES(ctx, status.ok(), status);
+    device_type_ = ctx->device_type();
   }
 
   void Compile(XlaOpKernelContext* ctx) override {
@@ -68,6 +87,18 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
       count.scalar<int64_t>()() = constant_count;
       const Status counted = ValidateGlobalCount(count, shape, &constant_count);
       OP_REQUIRES(ctx, counted.ok(), counted);
+    }
+    std::string why_hlo;
+    if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
+      const FfiResult channel{xla::F32, scale};
+      const std::vector<xla::XlaOp> outputs = CallFfiTarget(
+          ctx, fbn::xla_ffi::kSyncFromSumsTarget, {0, 1, 2, 3, 4, 5, 6, 7},
+          {{ctx->input_xla_type(1), ctx->InputShape(1)}, channel, channel},
+          FfiAttributes()
+              .Bool("channels_last", attrs_.channels_last)
+              .F32("epsilon", attrs_.epsilon));
+      for (size_t i = 0; i < outputs.size(); ++i) ctx->SetOutput(static_cast<int>(i), outputs[i]);
+      return;
     }
 
     xla::XlaBuilder* b = ctx->builder();
@@ -93,6 +124,7 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
 
  private:
   SyncAttrs attrs_;
+  DeviceType device_type_{DEVICE_CPU_XLA_JIT};
 };
 
 // The count is an XLA operand like any other, a run-time value (the all-reduce's): no host

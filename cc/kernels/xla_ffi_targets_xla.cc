@@ -7,6 +7,7 @@
 
 #if FBN_XLA_FFI
 #include "cc/xla_ffi/bn_grad_ffi.h"
+#include "cc/xla_ffi/sync_grad_ffi.h"
 #include "cc/xla_ffi/xla_ffi_api.h"
 
 // Exported by libtensorflow_cc.so.2. Declared here because the header that declares it
@@ -33,26 +34,31 @@ std::map<std::string, std::string>& Registrations(std::unique_lock<std::mutex>* 
 }  // namespace
 
 #if FBN_XLA_FFI
-void RegisterXlaFfiTarget(const char* platform, XLA_FFI_Handler* handler) {
+void RegisterXlaFfiTargets(const char* platform, std::initializer_list<XlaFfiTarget> targets) {
   const XLA_FFI_Api* api = xla::ffi::GetXlaFfiApi();
-  XLA_FFI_Error* error = xla::ffi::Ffi::RegisterStaticHandler(api, fbn::xla_ffi::kGradTarget,
-                                                              platform, handler);
   std::string why;
-  if (error != nullptr) {
-    why = std::string("XLA refused the custom-call target: ") +
-          xla::ffi::internal::GetErrorMessage(api, error);
-    xla::ffi::internal::DestroyError(api, error);
-    LOG(WARNING) << "tf-fbn-ops: " << why << " (platform " << platform
-                 << "); XLA compiles the ops with the HLO lowering there";
+  for (const XlaFfiTarget& target : targets) {
+    XLA_FFI_Error* error =
+        xla::ffi::Ffi::RegisterStaticHandler(api, target.name, platform, target.handler);
+    if (error != nullptr) {
+      why = std::string("XLA refused the custom-call target ") + target.name + ": " +
+            xla::ffi::internal::GetErrorMessage(api, error);
+      xla::ffi::internal::DestroyError(api, error);
+      LOG(WARNING) << "tf-fbn-ops: " << why << " (platform " << platform
+                   << "); XLA compiles the ops with the HLO lowerings there";
+      break;
+    }
   }
   std::unique_lock<std::mutex> lock;
   Registrations(&lock)[platform] = why;
 }
 
 namespace {
-// The CPU target goes in as the library loads: TensorFlow's XLA is already there.
-const bool host_target_registered = [] {
-  RegisterXlaFfiTarget("Host", FbnBatchNormGradHost);
+// The CPU targets go in as the library loads: TensorFlow's XLA is already there.
+const bool host_targets_registered = [] {
+  RegisterXlaFfiTargets("Host", {{fbn::xla_ffi::kGradTarget, FbnBatchNormGradHost},
+                                 {fbn::xla_ffi::kSyncSumsTarget, FbnSyncGradSumsHost},
+                                 {fbn::xla_ffi::kSyncFromSumsTarget, FbnSyncGradFromSumsHost}});
   return true;
 }();
 }  // namespace

@@ -6,6 +6,7 @@
 #ifndef TF_FBN_OPS_CC_KERNELS_XLA_GRAD_LOWERINGS_H_
 #define TF_FBN_OPS_CC_KERNELS_XLA_GRAD_LOWERINGS_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,30 @@ enum class XlaGradPath { kCustomCall, kHlo };
 XlaGradPath ChooseXlaGradPath(const DeviceType& device_type, std::string* why);
 
 void BuildGradCustomCall(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std);
+
+// A custom call's attributes, as the MLIR dictionary XLA's typed FFI decodes.
+class FfiAttributes {
+ public:
+  FfiAttributes& Bool(const std::string& name, bool value);
+  FfiAttributes& F32(const std::string& name, float value);  // bit-exact
+  std::string Dictionary() const;
+
+ private:
+  std::map<std::string, std::string> entries_;  // sorted by name, as MLIR keeps them
+};
+
+struct FfiResult {
+  xla::PrimitiveType type;
+  TensorShape shape;
+};
+
+// One call of our FFI target `target` (cc/xla_ffi/) on the kernel's inputs `inputs`, every
+// operand and result row-major: its results in order. Only on the custom-call path
+// (ChooseXlaGradPath); in a build without the handlers it sets an error and returns none.
+std::vector<xla::XlaOp> CallFfiTarget(XlaOpKernelContext* ctx, const char* target,
+                                      const std::vector<int>& inputs,
+                                      const std::vector<FfiResult>& results,
+                                      const FfiAttributes& attributes);
 
 void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
                   const fbn::Shape& shape);

@@ -1,9 +1,4 @@
 // The CPU custom-call target: the core's CPU kernels, split over XLA's intra-op thread pool.
-// The core's results do not depend on how its work is split, so the bits are those of the
-// TensorFlow CPU kernel.
-#include <exception>
-#include <string>
-
 #include "cc/xla_ffi/bn_grad_ffi.h"
 #include "cc/xla_ffi/bn_grad_ffi_call.h"
 #include "cc/xla_ffi/ffi_parallel_for.h"
@@ -24,16 +19,9 @@ ffi::Error GradHost(ffi::ThreadPool pool, ffi::AnyBuffer y_backprop, ffi::AnyBuf
   Params params;
   ffi::Error described = DescribeCall(call, &params);
   if (described.failure()) return described;
-  const ParallelFor parallel_for = FfiParallelFor(pool);
-  // Nothing may unwind into XLA's C frames: the core's only throw is a failed allocation.
-  try {
-    return WithCoreTensors(call, [&](const auto& tensors) {
-      BatchNormGradCpu(params, tensors, parallel_for);
-      return ffi::Error::Success();
-    });
-  } catch (const std::exception& e) {
-    return ffi::Error::Internal(std::string("batch-norm gradient failed: ") + e.what());
-  }
+  return WithCoreTensors(call, [&](const auto& tensors) {
+    return RunCpuCore(params, tensors, pool, "batch-norm gradient");
+  });
 }
 
 }  // namespace

@@ -40,7 +40,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
     `tf_fbn_ops.sync_batch_norm`); outside a strategy it is the layer without the flag. These
     fall back to Keras' own computation: other ranks or axes, float64, a mask, ``renorm=True``,
     ``epsilon`` below 1.001e-5 (the fused op's smallest on GPU), XLA compilation when the
-    library was built without its XLA lowerings, and ``synchronized=True`` under XLA.
+    library was built without its XLA lowerings, and ``synchronized=True`` under XLA inside a
+    ``tf.distribute`` strategy.
 
     Saved models name the class ``tf_fbn_ops>BatchNormalization``; ``import tf_fbn_ops.keras``
     before ``keras.models.load_model``.
@@ -114,7 +115,10 @@ class BatchNormalization(keras.layers.BatchNormalization):
         renorm = getattr(self, "renorm", False)
         if mask is not None or renorm or self.epsilon < MIN_EPSILON:
             return None
-        if ((_loader.xla_missing_reason() is not None or self.synchronized)
+        # Collectives inside an XLA-compiled replica step are untested (tf.distribute does not
+        # compile Keras' own layers there either); outside a strategy there are none.
+        synchronized_step = self.synchronized and tf.distribute.has_strategy()
+        if ((_loader.xla_missing_reason() is not None or synchronized_step)
                 and _in_xla_compilation()):
             return None
         return FUSED_LAYOUTS.get((rank, self.axis % rank))
