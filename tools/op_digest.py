@@ -3,7 +3,9 @@ platform test compares an AArch64 root under qemu with this x86-64 machine).
 
 Every op, dtype, layout (5-D too for V3) and mode, on a shape of the exact family (fewer than
 1024 elements per channel) and one of the streaming family, eagerly and, where the library has
-XLA, under jit_compile. Inputs are built from integers (numpy's PCG64 stream, scaled by powers
+XLA, under jit_compile; synchronized batch norm's two ops likewise (its sums, then x_backprop and
+the gradients from twice those sums and twice the count, as two replicas with the same batch
+would give). Inputs are built from integers (numpy's PCG64 stream, scaled by powers
 of two), so they are the same bits everywhere; the saved statistics are made up the same way
 rather than taken from TensorFlow's forward op, whose own bits may differ between machines.
 
@@ -59,6 +61,33 @@ def cases():
                         yield op, dtype, layout, channels_last, shape, training, seed
 
 
+def sync_cases():
+    seed = 1000
+    for dtype in OPS["V3"]:
+        for layout, channels_last in CHANNELS_LAST.items():
+            for shape in SHAPES_5D if len(layout) == 5 else SHAPES_4D:
+                seed += 1
+                yield "sync", dtype, layout, channels_last, shape, True, seed
+
+
+def sync_halves(ops, layout: str):
+    """Both synchronized ops, as one replica of two with the same batch: their five outputs."""
+
+    def halves(y_backprop, x, scale, reserve_space_1, reserve_space_2):
+        sums = ops.sync_batch_norm_grad_sums(y_backprop, x, reserve_space_1, data_format=layout)
+        count = 2 * (elements(x) // scale.shape[0])
+        out = ops.sync_batch_norm_grad_from_sums(
+            y_backprop, x, scale, reserve_space_1, reserve_space_2, 2.0 * sums.sum_dy,
+            2.0 * sums.sum_dy_xc, count, epsilon=EPSILON, data_format=layout)
+        return (sums.sum_dy, sums.sum_dy_xc, *out)
+
+    return halves
+
+
+def elements(x) -> int:
+    return int(np.prod(x.shape))
+
+
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf  # noqa: PLC0415
@@ -72,17 +101,24 @@ def main(argv: list[str]) -> int:
              "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
     total = hashlib.sha256()
     count = 0
-    for op, dtype, layout, channels_last, shape, training, seed in cases():
+    for op, dtype, layout, channels_last, shape, training, seed in (*cases(), *sync_cases()):
         args = inputs(tf, dtype, shape, channels_last, seed)
-        if op == "V3":
-            args["reserve_space_3"] = tf.zeros([0])
-        attrs = {"epsilon": EPSILON, "data_format": layout, "is_training": training}
-        runs = {"eager": lambda: shims[op](**args, **attrs)}
-        if xla:
-            runs["xla"] = tf.function(lambda: shims[op](**args, **attrs), jit_compile=True)
+        if op == "sync":
+            halves = sync_halves(tf_fbn_ops.ops, layout)
+            runs = {"eager": lambda: halves(**args)}
+            if xla:
+                runs["xla"] = tf.function(lambda: halves(**args), jit_compile=True)
+        else:
+            if op == "V3":
+                args["reserve_space_3"] = tf.zeros([0])
+            attrs = {"epsilon": EPSILON, "data_format": layout, "is_training": training}
+            runs = {"eager": lambda: shims[op](**args, **attrs)[:3]}
+            if xla:
+                runs["xla"] = tf.function(lambda: shims[op](**args, **attrs)[:3],
+                                          jit_compile=True)
         for how, call in runs.items():
             digest = hashlib.sha256()
-            for output in call()[:3]:
+            for output in call():
                 digest.update(output.numpy().tobytes())
             name = f"{op} {dtype} {layout} {'x'.join(map(str, shape))} training={training} {how}"
             print(f"{name} {digest.hexdigest()[:16]}", flush=True)
