@@ -19,6 +19,7 @@ keras = pytest.importorskip("keras", minversion="3",
 
 import tf_fbn_ops.keras as fbn_keras  # noqa: E402
 from fresh_process import run_python  # noqa: E402
+from keras3_models import data_for, float64_model, small_cnn  # noqa: E402
 from tf_fbn_ops import _loader  # noqa: E402
 
 # Float32 rounding of two summation orders, compounded over a few training steps.
@@ -31,40 +32,6 @@ def graph_op_types(concrete_function) -> set[str]:
     graph_def = concrete_function.graph.as_graph_def()
     types = {n.op for n in graph_def.node}
     return types | {n.op for f in graph_def.library.function for n in f.node_def}
-
-
-def small_cnn(layer_class, data_format: str = "channels_last", rank: int = 4):
-    """Conv -> BN -> ReLU -> Conv -> BN -> pooling -> Dense, seeded identically per call.
-
-    Channels-first batch norm sits between Permute layers: TensorFlow's CPU convolutions are
-    channels-last only. The convolutions have no bias, as before any batch norm: its gradient
-    is zero up to rounding, which an optimizer like Adam would amplify.
-    """
-    keras.utils.set_random_seed(7)
-    conv = keras.layers.Conv2D if rank == 4 else keras.layers.Conv3D
-    pool = (keras.layers.GlobalAveragePooling2D if rank == 4
-            else keras.layers.GlobalAveragePooling3D)
-    if data_format == "channels_last":
-        to_bn, from_bn, axis = [], [], -1
-    else:
-        to_bn = [keras.layers.Permute((rank - 1, *range(1, rank - 1)))]
-        from_bn = [keras.layers.Permute((*range(2, rank), 1))]
-        axis = 1
-    return keras.Sequential([
-        keras.Input((6,) * (rank - 2) + (3,)),
-        conv(5, 3, padding="same", use_bias=False),
-        *to_bn, layer_class(axis=axis), *from_bn,
-        keras.layers.ReLU(),
-        conv(4, 3, use_bias=False),
-        *to_bn, layer_class(axis=axis, momentum=0.9), *from_bn,
-        pool(),
-        keras.layers.Dense(3)])
-
-
-def data_for(model, count: int = 32, seed: int = 3):
-    rng = np.random.default_rng(seed)
-    x = (rng.standard_normal((count, *model.input_shape[1:])) * 2 + 0.5).astype(np.float32)
-    return x, rng.integers(0, 3, count)
 
 
 def compile_sgd(model, jit_compile) -> None:
@@ -83,6 +50,19 @@ def assert_weights_close(theirs, ours, **tolerance) -> None:
     assert [w.name for w in theirs.weights] == [w.name for w in ours.weights]
     for a, b in zip(theirs.get_weights(), ours.get_weights()):
         np.testing.assert_allclose(b, a, **(tolerance or TOLERANCE))
+
+
+def assert_weights_as_accurate(theirs, ours, float64) -> None:
+    """Per weight tensor, our largest distance from the float64 model's no more than twice Keras'
+    layer's, give or take four float32 roundings of the tensor's largest value: two float32
+    implementations of the same order of error (both are noise where Adam meets a near-zero
+    gradient), where a wrong gradient would be off by whole updates."""
+    assert [w.name for w in theirs.weights] == [w.name for w in ours.weights]
+    for w, a, b, r in zip(ours.weights, theirs.get_weights(), ours.get_weights(),
+                          float64.get_weights()):
+        theirs_off, ours_off = np.max(np.abs(a - r)), np.max(np.abs(b - r))
+        slack = 4 * np.finfo(np.float32).eps * np.max(np.abs(r))
+        assert ours_off <= 2 * theirs_off + slack, (w.path, ours_off, theirs_off, slack)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,10 +277,18 @@ def test_fit_matches_keras(jit_compile, data_format, rank):
 
 
 def test_custom_training_loop_matches_keras():
+    """Adam divides each update by the gradient's running magnitude, so a weight whose gradient
+    is near zero moves by a full step either way: the two layers' float32 roundings can part
+    such a weight by far more than a rounding (on an AMD EPYC: 3.9e-5 in the second kernel,
+    with Keras' layer 2.9e-5 from the float64 model and ours 1.0e-5). The losses must match;
+    each weight must be at least as close to the float64 model's as Keras' layer leaves it."""
+    models = {name: small_cnn(layer) for name, layer in LAYERS.items()}
+    models["float64"] = float64_model()
     results = {}
-    for name, layer in LAYERS.items():
-        model = small_cnn(layer)
+    for name, model in models.items():
         x, y = data_for(model)
+        if name == "float64":
+            x = x.astype(np.float64)
         optimizer = keras.optimizers.Adam(0.01)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -316,7 +304,7 @@ def test_custom_training_loop_matches_keras():
         ops = graph_op_types(step.get_concrete_function(x[:8], y[:8]))
         results[name] = (losses, model, ops)
     np.testing.assert_allclose(results["shim"][0], results["keras"][0], **TOLERANCE)
-    assert_weights_close(results["keras"][1], results["shim"][1])
+    assert_weights_as_accurate(results["keras"][1], results["shim"][1], results["float64"][1])
     assert SHIM_OP in results["shim"][2] and SHIM_OP not in results["keras"][2]
 
 

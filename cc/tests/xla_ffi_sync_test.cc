@@ -113,7 +113,6 @@ struct Device {
   }
 };
 
-template <typename T>
 std::vector<int64_t> ReplicaDims(const FfiShape& s, const Shape& r) {
   FfiShape part = s;
   part.batch = r.batch;
@@ -122,7 +121,7 @@ std::vector<int64_t> ReplicaDims(const FfiShape& s, const Shape& r) {
 
 template <typename T>
 SyncCallSpec SumsSpec(const FfiShape& s, Replica<T>* r, const std::vector<float>& mean) {
-  const std::vector<int64_t> x = ReplicaDims<T>(s, r->shape), c{s.channels};
+  const std::vector<int64_t> x = ReplicaDims(s, r->shape), c{s.channels};
   SyncCallSpec spec;
   spec.channels_last = r->shape.channels_last;
   spec.args = {{FfiType<T>(), x, const_cast<T*>(r->dy)},
@@ -137,7 +136,7 @@ template <typename T>
 SyncCallSpec FromSumsSpec(const FfiShape& s, Replica<T>* r, const Inputs<T>& in,
                           std::vector<double>* global_dy, std::vector<double>* global_dy_xc,
                           int64_t* count) {
-  const std::vector<int64_t> x = ReplicaDims<T>(s, r->shape), c{s.channels};
+  const std::vector<int64_t> x = ReplicaDims(s, r->shape), c{s.channels};
   const auto vec = [&](const std::vector<float>& v) {
     return Buf{XLA_FFI_DataType_F32, c, const_cast<float*>(v.data())};
   };
@@ -186,16 +185,11 @@ void AddInOrder(const std::vector<Replica<T>>& replicas, std::vector<double>* dy
   }
 }
 
-template <typename V>
-bool SameVector(const std::vector<V>& a, const std::vector<V>& b) {
-  return SameBytes(a, b);
-}
-
 template <typename T>
 bool SameReplicaBits(const std::vector<Replica<T>>& a, const std::vector<Replica<T>>& b) {
   for (size_t i = 0; i < a.size(); ++i) {
-    if (!SameVector(a[i].sum_dy, b[i].sum_dy) || !SameVector(a[i].sum_dy_xc, b[i].sum_dy_xc) ||
-        !SameVector(a[i].dscale, b[i].dscale) || !SameVector(a[i].doffset, b[i].doffset)) {
+    if (!SameBytes(a[i].sum_dy, b[i].sum_dy) || !SameBytes(a[i].sum_dy_xc, b[i].sum_dy_xc) ||
+        !SameBytes(a[i].dscale, b[i].dscale) || !SameBytes(a[i].doffset, b[i].doffset)) {
       return false;
     }
   }
@@ -278,7 +272,7 @@ void CheckCase(const Device& device, const FfiShape& s, const Case& k,
     Check(false, name + ": " + failure);
     return;
   }
-  Check(SameVector(got_dx, want_dx) && SameReplicaBits(got, want),
+  Check(SameBytes(got_dx, want_dx) && SameReplicaBits(got, want),
         name + ": the bits of the core's stages called directly");
   const bool finite = std::all_of(got_dx.begin(), got_dx.end(),
                                   [](T v) { return std::isfinite(ToFloat(v)); });
@@ -286,8 +280,8 @@ void CheckCase(const Device& device, const FfiShape& s, const Case& k,
   if (batches.size() != 1) return;
   Outputs<T> whole(k.shape);
   Tensors<T> t = whole.Bind(in);
-  Check(device.RunCore(ParamsOf(k), t) && SameVector(whole.dx, got_dx) &&
-            SameVector(whole.dscale, got[0].dscale) && SameVector(whole.doffset, got[0].doffset),
+  Check(device.RunCore(ParamsOf(k), t) && SameBytes(whole.dx, got_dx) &&
+            SameBytes(whole.dscale, got[0].dscale) && SameBytes(whole.doffset, got[0].doffset),
         name + ": one replica gives the bits of one whole gradient call");
 }
 
@@ -332,7 +326,7 @@ void CheckLowCount(const Device& device) {
     Check(!status.ok && status.code == XLA_FFI_Error_Code_INVALID_ARGUMENT &&
               status.message == message,
           name + ": InvalidArgument \"" + message + "\"; got \"" + status.message + "\"");
-    Check(SameVector(dx, untouched), name + ": no x_backprop written");
+    Check(SameBytes(dx, untouched), name + ": no x_backprop written");
     return;
   }
   const auto all_nan = [](const std::vector<float>& v) {

@@ -3,9 +3,12 @@
 # and our wheel (its files as pip lays them out; the library touches no Python C API, so a wheel
 # tagged for another CPython serves), run from outside the checkout so that only the installed
 # package can be imported. Writes OUT/tf_gpu.txt (versions, the GPU TensorFlow registered, our
-# kernels per device, `python -m tf_fbn_ops info` and `check`) and OUT/pytest.txt (tests/test_gpu.py:
+# kernels per device, `python -m tf_fbn_ops info` and `check`), OUT/pytest.txt (tests/test_gpu.py:
 # registration, parity with tf.raw_ops' cuDNN kernels, XLA:GPU on both lowerings, the Keras 3
-# layer). Exits non-zero when TensorFlow sees no GPU or any check fails.
+# layer; tests/test_keras3.py, Keras training with our layer against Keras' own, here on the
+# GPU) and OUT/keras_step_errors.txt (tools/keras_step_errors.py: a model's gradients and losses
+# on the CPU and the GPU, TF32 on and off, graph and XLA, each layer and lowering, in float32
+# units against float64). Exits non-zero when TensorFlow sees no GPU or any check fails.
 #
 # Usage: tools/tf_cuda_bundle/gpu_checks.sh DEST WHEEL OUT [PYTEST_ARGS ...]
 set -u
@@ -50,7 +53,8 @@ status=$?
 echo "tensorflow sees a GPU: exit $status" | tee -a "$out/tf_gpu.txt"
 { python3 -m tf_fbn_ops info; python3 -m tf_fbn_ops check; } >>"$out/tf_gpu.txt" 2>&1 ||
   status=1
-python3 -m pytest -q -p no:cacheprovider -rs "$root/tests/test_gpu.py" "$@" \
-  >"$out/pytest.txt" 2>&1 || status=1
+python3 -m pytest -q -p no:cacheprovider -rs "$root/tests/test_gpu.py" \
+  "$root/tests/test_keras3.py" "$@" >"$out/pytest.txt" 2>&1 || status=1
+python3 "$root/tools/keras_step_errors.py" >"$out/keras_step_errors.txt" 2>&1 || status=1
 tail -3 "$out/pytest.txt"
 exit $status
