@@ -10,7 +10,9 @@
 //   3. Apply*:   (training only) dx = c1 * (dy - mean(dy)) - c2 * (x - mean).
 // Each block's partials come from a fixed assignment of elements to threads and a fixed tree
 // (gpu_lane_sum.cuh), so the result is bit-identical run to run; no floating-point atomics.
-// The cut into blocks depends on the shape only, not on the GPU.
+// The cut into blocks depends on the shape only, not on the GPU. Two variants of this plan,
+// same bits, wait for a GPU to time them (GpuVariant, bn_grad_gpu.h): Apply in reverse block
+// order, and the three kernels as one where one block holds all of a channel's rows.
 //
 // The math is the CPU kernels' (bn_grad_cpu.cc): terms and sums in double, dx evaluated in
 // double and rounded once to T. FP64 costs little next to the memory traffic of these
@@ -24,8 +26,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/bn_grad_gpu.h"
@@ -153,7 +159,15 @@ struct Args {
   double* partial_dy;     // [row_blocks][C]
   double* partial_dy_xc;  // [row_blocks][C]
   double* coef;           // [3][C]: c1, mean(dy), c2 (training)
+  bool reverse_apply;     // GpuVariant::kReverseApply
+  bool one_launch;        // GpuVariant::kOneLaunch
 };
+
+// The row block (blockIdx.y's dimension) a block of a sweep works on: the x_backprop sweep of
+// the reverse_apply variant visits them last to first (see GpuVariant).
+__device__ __forceinline__ int64_t RowBlock(bool reverse) {
+  return reverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+}
 
 // Channels last: this thread's V channels and rows [begin, end) step `step` of its block.
 struct RowTile {
@@ -161,10 +175,10 @@ struct RowTile {
   int step;  // rows between this thread's rows
   bool active;
   template <typename T>
-  __device__ RowTile(const Args<T>& a, int lanes, int V) {
+  __device__ RowTile(const Args<T>& a, int lanes, int V, int64_t row_block) {
     step = kThreads / lanes;
     c0 = (static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes) * V;
-    const int64_t block_begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
+    const int64_t block_begin = row_block * a.rows_per_block;
     begin = block_begin + threadIdx.x / lanes;
     end = min(a.rest, block_begin + a.rows_per_block);
     active = c0 < a.channels;
@@ -242,11 +256,11 @@ __device__ __forceinline__ void SweepRows(const Args<T>& a, const RowTile& tile,
 template <typename T>
 using SweepKernel = void (*)(Args<T>, int);
 
+// Channels last, the sums sweep of one block: each thread's sums of its V channels (in
+// inference, x_backprop written on the way), then the block's, in the threads < lanes.
 template <typename T, int V, bool kInference>
-__global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes) {
-  __shared__ double shared[2 * V * kThreads];
-  const RowTile tile(a, lanes, V);
-  Accumulator<V> acc;
+__device__ __forceinline__ void SumRows(const Args<T>& a, const RowTile& tile, int lanes,
+                                        Accumulator<V>& acc, double* shared) {
   if (tile.active) {
     double mean[V], k[V];
     for (int j = 0; j < V; ++j) {
@@ -264,6 +278,14 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
     });
   }
   BlockLaneSums<kThreads>(acc.sums, lanes, shared);
+}
+
+template <typename T, int V, bool kInference>
+__global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes) {
+  __shared__ double shared[2 * V * kThreads];
+  const RowTile tile(a, lanes, V, blockIdx.y);
+  Accumulator<V> acc;
+  SumRows<T, V, kInference>(a, tile, lanes, acc, shared);
   if (static_cast<int>(threadIdx.x) < lanes && tile.active) {
     for (int j = 0; j < V; ++j) {
       a.partial_dy[blockIdx.y * a.channels + tile.c0 + j] = acc.sums[j];
@@ -277,9 +299,9 @@ struct ChannelSpan {
   int64_t c, begin, end, step;
   bool active;
   template <typename T>
-  __device__ ChannelSpan(const Args<T>& a, int lanes, int V) {
+  __device__ ChannelSpan(const Args<T>& a, int lanes, int V, int64_t row_block) {
     c = static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes;
-    const int64_t block_begin = static_cast<int64_t>(blockIdx.y) * a.rows_per_block;
+    const int64_t block_begin = row_block * a.rows_per_block;
     begin = block_begin + static_cast<int64_t>(threadIdx.x / lanes) * V;
     end = min(a.rest, block_begin + a.rows_per_block);
     step = static_cast<int64_t>(kThreads / lanes) * V;
@@ -310,12 +332,12 @@ __device__ __forceinline__ void SweepPlanes(const Args<T>& a, const ChannelSpan&
   }
 }
 
+// Channels first, the sums sweep of one block: each thread's sums of its channel (one pair
+// whatever V: registers are what limits occupancy; in inference, x_backprop written on the
+// way), then the block's, in the threads < lanes.
 template <typename T, int V, bool kInference>
-__global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lanes) {
-  __shared__ double shared[2 * kThreads];
-  const ChannelSpan span(a, lanes, V);
-  // One channel per thread: one pair of sums, whatever V (registers are what limits occupancy).
-  Accumulator<1> acc;
+__device__ __forceinline__ void SumPlanes(const Args<T>& a, const ChannelSpan& span, int lanes,
+                                          Accumulator<1>& acc, double* shared) {
   if (span.active) {
     const double mean = a.t.mean[span.c];
     const double k = kInference ? a.p.InvStd(a.t.variance[span.c]) * a.t.scale[span.c] : 0.0;
@@ -330,41 +352,35 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lane
     });
   }
   BlockLaneSums<kThreads>(acc.sums, lanes, shared);
+}
+
+template <typename T, int V, bool kInference>
+__global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lanes) {
+  __shared__ double shared[2 * kThreads];
+  const ChannelSpan span(a, lanes, V, blockIdx.y);
+  Accumulator<1> acc;
+  SumPlanes<T, V, kInference>(a, span, lanes, acc, shared);
   if (static_cast<int>(threadIdx.x) < lanes && span.active) {
     a.partial_dy[blockIdx.y * a.channels + span.c] = acc.sums[0];
     a.partial_dy_xc[blockIdx.y * a.channels + span.c] = acc.sums[1];
   }
 }
 
-// Per channel: the partials of all row blocks in a fixed tree, the outputs, and the training
-// coefficients. A block serves `channels` neighbouring channels (lane = threadIdx.x % channels).
-// Synchronized batch norm's stages (Stage, bn_grad.h): kSums writes the sums and stops;
-// kDxFromSums takes the global ones instead of the partials, and divides by the global count.
+// Channel c, given its sums: the outputs and the training coefficients. Synchronized batch
+// norm's stages (Stage, bn_grad.h): kSums writes the sums and stops; kDxFromSums takes the
+// global ones instead, and divides by the global count.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    Finalize(Args<T> a, int64_t row_blocks, int channels) {
-  __shared__ double shared[2 * kThreads];
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * channels + threadIdx.x % channels;
-  const bool active = c < a.channels;
+__device__ void FinishChannel(const Args<T>& a, int64_t c, double sum_dy, double sum_dy_xc) {
   const Stage stage = a.p.stage;
-  double sums[2] = {0.0, 0.0};  // dy, dy * (x - mean)
-  if (stage != Stage::kDxFromSums) {
-    if (active) {
-      for (int64_t b = threadIdx.x / channels; b < row_blocks; b += kThreads / channels) {
-        sums[0] += a.partial_dy[b * a.channels + c];
-        sums[1] += a.partial_dy_xc[b * a.channels + c];
-      }
-    }
-    BlockLaneSums<kThreads>(sums, channels, shared);
-  }
-  if (static_cast<int>(threadIdx.x) >= channels || !active) return;
   if (stage == Stage::kSums) {
-    a.t.sum_dy[c] = sums[0];
-    a.t.sum_dy_xc[c] = sums[1];
+    a.t.sum_dy[c] = sum_dy;
+    a.t.sum_dy_xc[c] = sum_dy_xc;
     return;
   }
-  double sum_dy = stage == Stage::kDxFromSums ? a.t.global_sum_dy[c] : sums[0];
-  const double sum_dy_xc = stage == Stage::kDxFromSums ? a.t.global_sum_dy_xc[c] : sums[1];
+  if (stage == Stage::kDxFromSums) {
+    sum_dy = a.t.global_sum_dy[c];
+    sum_dy_xc = a.t.global_sum_dy_xc[c];
+  }
 
   int64_t count = a.p.global_count;
   double inv_std = a.p.InvStd(a.t.variance[c]);
@@ -398,6 +414,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Per channel: the partials of all row blocks in a fixed tree, then FinishChannel. A block
+// serves `channels` neighbouring channels (lane = threadIdx.x % channels).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    Finalize(Args<T> a, int64_t row_blocks, int channels) {
+  __shared__ double shared[2 * kThreads];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * channels + threadIdx.x % channels;
+  const bool active = c < a.channels;
+  const Stage stage = a.p.stage;
+  double sums[2] = {0.0, 0.0};  // dy, dy * (x - mean)
+  if (stage != Stage::kDxFromSums) {
+    if (active) {
+      for (int64_t b = threadIdx.x / channels; b < row_blocks; b += kThreads / channels) {
+        sums[0] += a.partial_dy[b * a.channels + c];
+        sums[1] += a.partial_dy_xc[b * a.channels + c];
+      }
+    }
+    BlockLaneSums<kThreads>(sums, channels, shared);
+  }
+  if (static_cast<int>(threadIdx.x) >= channels || !active) return;
+  FinishChannel(a, c, sums[0], sums[1]);
+}
+
 // dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), centred before scaling for accuracy.
 template <typename T>
 __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double c1,
@@ -405,9 +444,9 @@ __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double
   return Round<T>(c1 * ((dy - dy_mean) - (x - mean) * c2));
 }
 
+// Training's x_backprop sweep of one block, from the coefficients in a.coef.
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes) {
-  const RowTile tile(a, lanes, V);
+__device__ __forceinline__ void ApplyRows(const Args<T>& a, const RowTile& tile) {
   if (!tile.active) return;
   double mean[V], c1[V], dy_mean[V], c2[V];
   for (int j = 0; j < V; ++j) {
@@ -426,8 +465,7 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lan
 }
 
 template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int lanes) {
-  const ChannelSpan span(a, lanes, V);
+__device__ __forceinline__ void ApplyPlanes(const Args<T>& a, const ChannelSpan& span) {
   if (!span.active) return;
   const double mean = a.t.mean[span.c];
   const double c1 = a.coef[span.c];
@@ -440,6 +478,49 @@ __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int la
     }
     StoreVec<T, V>(a.t.x_backprop + offset, dx);
   });
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes) {
+  ApplyRows<T, V>(a, RowTile(a, lanes, V, RowBlock(a.reverse_apply)));
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int lanes) {
+  ApplyPlanes<T, V>(a, ChannelSpan(a, lanes, V, RowBlock(a.reverse_apply)));
+}
+
+// The one_launch variant (GpuVariant), where one row block holds every row: a block's sums are
+// its channels' sums, so it finishes them and, in training, writes their x_backprop itself.
+// The three kernels' arithmetic: Finalize adds a single block's partials to 0.0, so do we.
+template <typename T, int V, bool kInference>
+__global__ void __launch_bounds__(kThreads) WholeChannelsLast(Args<T> a, int lanes) {
+  __shared__ double shared[2 * V * kThreads];
+  const RowTile tile(a, lanes, V, 0);
+  Accumulator<V> acc;
+  SumRows<T, V, kInference>(a, tile, lanes, acc, shared);
+  if (static_cast<int>(threadIdx.x) < lanes && tile.active) {
+    for (int j = 0; j < V; ++j) {
+      FinishChannel(a, tile.c0 + j, 0.0 + acc.sums[j], 0.0 + acc.sums[V + j]);
+    }
+  }
+  if (kInference) return;
+  __syncthreads();  // the block's coefficients, just written to a.coef, seen by all its threads
+  ApplyRows<T, V>(a, tile);
+}
+
+template <typename T, int V, bool kInference>
+__global__ void __launch_bounds__(kThreads) WholeChannelsFirst(Args<T> a, int lanes) {
+  __shared__ double shared[2 * kThreads];
+  const ChannelSpan span(a, lanes, V, 0);
+  Accumulator<1> acc;
+  SumPlanes<T, V, kInference>(a, span, lanes, acc, shared);
+  if (static_cast<int>(threadIdx.x) < lanes && span.active) {
+    FinishChannel(a, span.c, 0.0 + acc.sums[0], 0.0 + acc.sums[1]);
+  }
+  if (kInference) return;
+  __syncthreads();
+  ApplyPlanes<T, V>(a, span);
 }
 
 template <typename T>
@@ -460,11 +541,17 @@ cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaSt
             static_cast<unsigned>(plan.row_blocks));
   SweepKernel<T> sum = training ? SumChannelsFirst<T, V, false> : SumChannelsFirst<T, V, true>;
   SweepKernel<T> apply = ApplyChannelsFirst<T, V>;
+  SweepKernel<T> whole =
+      training ? WholeChannelsFirst<T, V, false> : WholeChannelsFirst<T, V, true>;
   if constexpr (kChannelsLast) {
     lanes = LanesFor(s.channels / V);
     grid.x = static_cast<unsigned>(CeilDiv(s.channels / V, lanes));
     sum = training ? SumChannelsLast<T, V, false> : SumChannelsLast<T, V, true>;
     apply = ApplyChannelsLast<T, V>;
+    whole = training ? WholeChannelsLast<T, V, false> : WholeChannelsLast<T, V, true>;
+  }
+  if (a.one_launch && plan.row_blocks == 1 && a.p.stage == Stage::kWhole) {
+    return LaunchKernel(whole, grid, block, stream, a, lanes);
   }
   cudaError_t error = cudaSuccess;
   if (a.p.stage != Stage::kDxFromSums) error = LaunchKernel(sum, grid, block, stream, a, lanes);
@@ -517,6 +604,9 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
   Args<T> a;
   a.t = t;
   a.p = params;
+  const unsigned variants = GpuVariants();
+  a.reverse_apply = (variants & kReverseApply) != 0;
+  a.one_launch = (variants & kOneLaunch) != 0;
   a.p.shape = s;
   a.channels = s.channels;
   a.spatial = s.spatial;
@@ -535,6 +625,41 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
 
   return s.channels_last ? LaunchLayout<T, true>(a, s, plan, s.channels, stream)
                          : LaunchLayout<T, false>(a, s, plan, s.spatial, stream);
+}
+
+namespace {
+
+unsigned VariantsFromEnvironment() {
+  const char* wanted = std::getenv("TF_FBN_OPS_GPU_VARIANTS");
+  if (wanted == nullptr) return 0;
+  unsigned variants = 0;
+  const std::string names = std::string(wanted) + ",";
+  for (size_t begin = 0, end; (end = names.find(',', begin)) != std::string::npos;
+       begin = end + 1) {
+    const std::string name = names.substr(begin, end - begin);
+    if (name == "reverse_apply") {
+      variants |= kReverseApply;
+    } else if (name == "one_launch") {
+      variants |= kOneLaunch;
+    } else if (!name.empty()) {
+      std::fprintf(stderr, "tf-fbn-ops: TF_FBN_OPS_GPU_VARIANTS: no variant \"%s\" "
+                   "(reverse_apply, one_launch); ignored\n", name.c_str());
+    }
+  }
+  return variants;
+}
+
+std::atomic<unsigned>& VariantsInForce() {
+  static std::atomic<unsigned> variants{VariantsFromEnvironment()};
+  return variants;
+}
+
+}  // namespace
+
+unsigned GpuVariants() { return VariantsInForce().load(std::memory_order_relaxed); }
+
+void SetGpuVariants(unsigned variants) {
+  VariantsInForce().store(variants, std::memory_order_relaxed);
 }
 
 const char* GpuErrorString(int error) {

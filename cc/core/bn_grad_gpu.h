@@ -29,6 +29,22 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
 
 const char* GpuErrorString(int error);
 
+// Kernel variants that wait for a GPU to say whether they are faster (benchmarks/gpu_bench.cu
+// times each against the default side by side). Each gives the default's bits; none is on
+// unless asked for.
+//   kReverseApply: training's x_backprop sweep visits the row blocks last to first, so it
+//     starts on the rows the sums sweep read last, the ones most likely still in L2.
+//   kOneLaunch: where one block's rows are all of a channel's (small tensors), that block
+//     finishes its channels and writes their x_backprop: one kernel instead of three (two in
+//     inference).
+enum GpuVariant : unsigned { kReverseApply = 1u, kOneLaunch = 2u };
+
+// The variants in force: TF_FBN_OPS_GPU_VARIANTS (names, comma-separated: "reverse_apply",
+// "one_launch"; an unknown name is reported on stderr and ignored), read at the first call,
+// until SetGpuVariants (tests, benchmarks) replaces them.
+unsigned GpuVariants();
+void SetGpuVariants(unsigned variants);
+
 // The CUDA runtime version the kernels were compiled and linked with (CUDART_VERSION, 1000 *
 // major + 10 * minor). A driver runs them when it supports this major version or a newer one.
 int GpuBuildCudaVersion();

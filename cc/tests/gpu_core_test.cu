@@ -66,6 +66,19 @@ void CheckNanStubFails() {
         std::string(TypeName<T>()) + ": a NaN-writing stub fails all three outputs");
 }
 
+// The kernel variants that wait for a GPU's verdict (GpuVariant) must give the default's bits.
+// The two never meet: where one row block holds every row the one-launch kernel runs, and the
+// reversed sweep changes nothing; elsewhere only the reversed sweep does.
+template <typename T>
+void CheckVariantsGiveTheSameBits(const std::string& name, DeviceCase<T>& device,
+                                  const Params& p, const Outputs<T>& expected) {
+  Outputs<T> got(p.shape);
+  SetGpuVariants(kReverseApply | kOneLaunch);
+  const bool ran = device.Run(p, &got);
+  SetGpuVariants(0);
+  Check(ran && got.BitEqual(expected), name + ": the kernel variants give the same bits");
+}
+
 template <typename T>
 void RunCase(const Case& k, const Inputs<T>& in) {
   const std::string name = Describe(k, TypeName<T>());
@@ -82,10 +95,12 @@ void RunCase(const Case& k, const Inputs<T>& in) {
   if (!ran) return;
   CheckAgainstReference(name, first, ref);
   Check(first.BitEqual(second), name + ": a second run, in place, gives the same bits");
+  CheckVariantsGiveTheSameBits(name, aligned_case, p, first);
 
   DeviceCase<T> shifted_case(in, k.shape, 1);
   Check(shifted_case.Run(p, &unaligned), name + " unaligned: runs");
   CheckAgainstReference(name + " unaligned", unaligned, ref);
+  CheckVariantsGiveTheSameBits(name + " unaligned", shifted_case, p, unaligned);
 }
 
 template <typename T>
@@ -350,6 +365,7 @@ int main() {
     case fbn::GpuPresence::kRun: break;
   }
   fbn::testing::CheckErrorMeasureCatchesSpecials();
+  fbn::SetGpuVariants(0);  // the default kernels, whatever TF_FBN_OPS_GPU_VARIANTS says
   fbn::RunAll<float>();
   fbn::RunAll<fbn::Half>();
   fbn::RunAll<fbn::BFloat16>();

@@ -14,10 +14,12 @@
 //
 // What it tests: the kernels' logic (indexing, the cut into blocks, reduction order, barrier
 // discipline, special values), with the host's IEEE arithmetic. What it does not: the hardware.
-// Threads never run truly in parallel, so it cannot find data races (compute-sanitizer's
-// racecheck on a GPU does); the device's FMA contraction and conversion instructions are not
-// reproduced bit for bit; and timing, occupancy and the static shared-memory limit (ptxas
-// enforces that one) are out of its reach.
+// Threads never run truly in parallel, so it cannot find data races in general
+// (compute-sanitizer's racecheck on a GPU does); it catches the plainest missing barrier, one
+// thread writing what another reads before any barrier between them, because threads resume in
+// index order in some blocks and in reverse order in their neighbours. The device's FMA
+// contraction and conversion instructions are not reproduced bit for bit; and timing,
+// occupancy and the static shared-memory limit (ptxas enforces that one) are out of its reach.
 #ifndef TF_FBN_OPS_CC_TESTS_GPU_EMULATOR_CUDA_RUNTIME_H_
 #define TF_FBN_OPS_CC_TESTS_GPU_EMULATOR_CUDA_RUNTIME_H_
 

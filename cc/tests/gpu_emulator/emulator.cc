@@ -236,11 +236,15 @@ void StartFiber(Fiber& f) {
 #endif
 }
 
-void RunBlock(Block& b) {
+// Runs the block's threads to the end; `backwards`: ready threads resume from the last to the
+// first (see cuda_runtime.h).
+void RunBlock(Block& b, bool backwards) {
   PoisonSharedMemory();
   for (Fiber& f : b.fibers) StartFiber(f);
+  const size_t n = b.fibers.size();
   for (;;) {
-    for (size_t i = 0; i < b.fibers.size(); ++i) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = backwards ? n - 1 - k : k;
       if (b.fibers[i].state == State::kReady) Resume(i);
     }
     if (ReleaseWarps()) continue;
@@ -298,7 +302,7 @@ cudaError_t RunGrid(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
     for (unsigned y = 0; y < grid.y; ++y) {
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = uint3{x, y, z};
-        RunBlock(b);
+        RunBlock(b, (x + y + z) % 2 == 1);
       }
     }
   }
