@@ -52,4 +52,3 @@ def float32_convolutions():
     import tensorflow as tf  # noqa: PLC0415 (after the environment above)
 
     tf.config.experimental.enable_tensor_float_32_execution(False)
-

@@ -4,9 +4,9 @@ float32 units against the same model computed in float64.
 Runs the small model of the layer tests (tests/keras3_models.py) on every device TensorFlow
 has, as a plain tf.function and under XLA (jit_compile=True), with Keras' BatchNormalization
 and with ours (under XLA, through each lowering: the custom call and HLO); on a GPU, with
-TensorFloat-32 on (TensorFlow's default) and off. For each run it
-prints the worst error of every trainable variable's gradient after the first batch, and of
-the loss at every step, in units of float32's epsilon times the float64 value's magnitude. A
+TensorFloat-32 on (TensorFlow's default) and off. For each run it prints the worst error of
+every trainable variable's gradient after the first batch, and of the loss at every step, in
+units of float32's epsilon times the float64 value's magnitude. A
 layer or a compiler that moves training away shows as the one row whose units are large; two
 implementations that only round differently stay within a few units of float64 each.
 
