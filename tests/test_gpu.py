@@ -116,19 +116,23 @@ def test_gpu_empty_input_gives_zeros() -> None:
 
 # --- XLA:GPU and the Keras 3 layer, on the GPU ---------------------------------------------
 
-JIT_CASES = [(dtype, fmt, training, shape)
+# Inference only: there the statistics are the population's on every device, eagerly and
+# compiled, so the same inputs feed both. In training a compiled gradient reads what the forward
+# compiled with it writes, which on a GPU is not what the eager forward writes
+# (cc/kernels/saved_statistics.h); test_compiled_pairs.py compiles the two together on the GPU.
+JIT_CASES = [(dtype, fmt, False, shape)
              for dtype in (tf.float32, tf.float16)
              for fmt, shape in (("NHWC", (4, 8, 8, 32)), ("NCHW", (4, 32, 8, 8)),
-                                ("NDHWC", (2, 4, 8, 8, 16)))
-             for training in (True, False)]
+                                ("NDHWC", (2, 4, 8, 8, 16)))]
 
 
 @needs_gpu
 @pytest.mark.parametrize("lowering", ["custom_call", "hlo"])
 @pytest.mark.parametrize("dtype,data_format,is_training,shape", JIT_CASES)
 def test_gpu_under_xla(dtype, data_format, is_training, shape, lowering, monkeypatch) -> None:
-    """tf.function(jit_compile=True) on the GPU: the custom call runs the CUDA kernels through
-    XLA's FFI (the eager GPU kernel's bits); the HLO lowering stays within the parity bounds."""
+    """tf.function(jit_compile=True) on the GPU, inference: the custom call runs the CUDA
+    kernels through XLA's FFI (the eager GPU kernel's bits); the HLO lowering stays within the
+    parity bounds."""
     from tf_fbn_ops import _loader
     if _loader.xla_missing_reason() is not None:
         pytest.skip(f"no XLA lowerings in this build: {_loader.xla_missing_reason()}")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import tf_fbn_ops
+from devices import DEVICES
 from parity import RTOL, sum_rtol
-from tf_fbn_ops import reference
+from tf_fbn_ops import _loader, reference
 
 SPATIAL = {1: (7,), 2: (5, 6), 3: (3, 4, 5)}
 TYPES = [("float32", "float32"), ("float16", "float32"), ("bfloat16", "float32"),
@@ -93,3 +95,27 @@ def test_epsilon_is_required() -> None:
     x, dy, mean, variance, _ = _problem("NXC", 2, "float32", "float32")
     with pytest.raises(TypeError, match="epsilon"):
         tf_fbn_ops.batch_norm_training_backprop(x, dy, mean, variance)
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_contract_on_every_device_compiled_or_not(device, jit_compile) -> None:
+    """The API takes a variance everywhere: on a GPU too, and compiled by XLA, where the
+    gradient op's reserve_space_2 would mean something else. Its bits are the gradient op's on
+    the CPU, and on every device it meets the oracle."""
+    if jit_compile and _loader.xla_missing_reason() is not None:
+        pytest.skip(f"no XLA lowerings in this build: {_loader.xla_missing_reason()}")
+    x, dy, mean, variance, gamma = _problem("NXC", 2, "float32", "float32", seed=5)
+    api = tf.function(tf_fbn_ops.batch_norm_training_backprop, jit_compile=jit_compile)
+    with tf.device(device):
+        got = api(x, dy, mean, variance, gamma, epsilon=1e-3, data_format="NXC")
+    assert device in got[0].device
+    if device == "CPU":
+        op = tf_fbn_ops.fused_batch_norm_grad_v3(dy, x, gamma, mean, variance, tf.zeros([0]),
+                                                 epsilon=1e-3, is_training=True)
+        for i in range(3):
+            assert got[i].numpy().tobytes() == op[i].numpy().tobytes(), f"output {i}"
+    want = reference.batch_norm_grad(dy, x, gamma, mean, variance, 1e-3, "NHWC", True)
+    for i in range(3):
+        error = np.max(np.abs(got[i].numpy().astype(np.float64) - want[i]))
+        assert error <= sum_rtol(x.size // 4) * np.max(np.abs(want[i])), f"output {i}"

@@ -2,8 +2,9 @@
 cc/kernels/fbn_grad_kernel_xla.cc: custom calls of the kernels (XLA FFI; bit-identical to the
 non-jit kernels) and the HLO lowering (TF_FBN_OPS_XLA_LOWERING=hlo; within an ulp of the float64
 oracle). Against the oracle, the non-jit kernels and TensorFlow's own ops, and the ways users
-reach them (fused_batch_norm, shim_gradients() in a Keras 2 training step, functions traced
-before, SavedModels, second-order gradients, bad shapes, auto-clustering)."""
+reach them (fused_batch_norm, functions traced before, SavedModels, second-order gradients,
+bad shapes, auto-clustering). The forward and the gradient compiled together, on every device,
+and shim_gradients() in a compiled Keras 2 training step: test_compiled_pairs.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from cases import LARGE_SHAPE, Case, make_inputs, parity_cases
 from fresh_process import run_python
 from parity import assert_parity, sum_rtol, ulp
 from tf_calls import BUILTIN, SHIM, _kwargs, run_oracle, run_shim, run_tf
-from xla_paths import NO_CUSTOM_CALLS, xla_path  # noqa: F401 - the fixture
+from xla_paths import NO_CUSTOM_CALLS, assert_compiled_by, xla_path  # noqa: F401 - the fixture
 from tf_fbn_ops import _loader
 
 pytestmark = pytest.mark.skipif(
@@ -27,15 +28,6 @@ pytestmark = pytest.mark.skipif(
 
 CASES = parity_cases()
 OUTPUTS = ("x_backprop", "scale_backprop", "offset_backprop")
-CUSTOM_CALL_TARGET = 'custom_call_target="tf_fbn_ops_batch_norm_grad"'
-
-
-def assert_compiled_by(path: str, hlo: str) -> None:
-    """The HLO of a compiled shim op is a call of our target, or the lowering's double sums."""
-    if path == "custom_call":
-        assert CUSTOM_CALL_TARGET in hlo and "f64" not in hlo
-    else:
-        assert CUSTOM_CALL_TARGET not in hlo and "f64" in hlo
 
 
 def assert_bits_equal(got: np.ndarray, want: np.ndarray, name: str) -> None:
@@ -144,21 +136,6 @@ def test_fused_batch_norm_under_jit(xla_path: str) -> None:
     assert "FbnFusedBatchNormGradV3" in types
     for got, want in zip(compiled(), tf.function(grads)()):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-
-
-def test_keras2_training_step_under_jit_with_shim_gradients() -> None:
-    tf_keras = pytest.importorskip("tf_keras", reason="tf_keras (Keras 2) not installed; "
-                                                      "`make test` installs it")
-    from keras2_training import KERAS_TOLERANCE, train_keras2_cnn  # noqa: PLC0415
-
-    losses_tf, weights_tf, types_tf = train_keras2_cnn(tf_keras, jit_compile=True)
-    with tf_fbn_ops.shim_gradients():
-        losses_shim, weights_shim, types_shim = train_keras2_cnn(tf_keras, jit_compile=True)
-    assert "FusedBatchNormGradV3" in types_tf and "FbnFusedBatchNormGradV3" not in types_tf
-    assert "FbnFusedBatchNormGradV3" in types_shim and "FusedBatchNormGradV3" not in types_shim
-    np.testing.assert_allclose(losses_shim, losses_tf, **KERAS_TOLERANCE)
-    for a, b in zip(weights_shim, weights_tf):
-        np.testing.assert_allclose(a, b, **KERAS_TOLERANCE)
 
 
 def test_function_traced_outside_xla_then_called_from_jit(xla_path: str) -> None:

@@ -21,3 +21,14 @@ def xla_path(request, monkeypatch) -> str:
     if request.param == "hlo":
         monkeypatch.setenv(_loader.XLA_LOWERING_VARIABLE, "hlo")
     return request.param
+
+
+CUSTOM_CALL_TARGET = 'custom_call_target="tf_fbn_ops_batch_norm_grad"'
+
+
+def assert_compiled_by(path: str, hlo: str) -> None:
+    """The HLO of a compiled shim op is a call of our target, or the lowering's double sums."""
+    if path == "custom_call":
+        assert CUSTOM_CALL_TARGET in hlo and "f64" not in hlo
+    else:
+        assert CUSTOM_CALL_TARGET not in hlo and "f64" in hlo

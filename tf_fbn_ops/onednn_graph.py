@@ -87,20 +87,19 @@ def batch_norm_training_backprop(
         insert_at = 1 if data_format == "NXC" else 2
         x = tf.expand_dims(x, insert_at)
         dy = tf.expand_dims(dy, insert_at)
-    out = shim_ops.fused_batch_norm_grad_v3(
-        y_backprop=dy, x=x, scale=tf.cast(gamma, tf.float32),
-        reserve_space_1=tf.cast(mean, tf.float32),
-        reserve_space_2=_variance_for_device(tf.cast(variance, tf.float32), epsilon, x.device),
-        reserve_space_3=tf.zeros([0], tf.float32), epsilon=epsilon,
-        data_format=_FORMATS[(data_format, max(rank, 4) - 2)], is_training=True)
+    # Synchronized batch norm's two stages with one replica: one gradient call's bits, and
+    # they read a variance on every device, compiled or not (the gradient op's reserve_space_2
+    # is, on a GPU, whatever TensorFlow's forward there saves).
+    data_format_4d = _FORMATS[(data_format, max(rank, 4) - 2)]
+    mean = tf.cast(mean, tf.float32)
+    sums = shim_ops.sync_batch_norm_grad_sums(y_backprop=dy, x=x, mean=mean,
+                                              data_format=data_format_4d)
+    channel_axis = x.shape.rank - 1 if data_format == "NXC" else 1
+    per_channel = tf.size(x, out_type=tf.int64) // tf.maximum(
+        tf.shape(x, out_type=tf.int64)[channel_axis], 1)
+    out = shim_ops.sync_batch_norm_grad_from_sums(
+        y_backprop=dy, x=x, scale=tf.cast(gamma, tf.float32), mean=mean,
+        variance=tf.cast(variance, tf.float32), sum_dy=sums[0], sum_dy_xc=sums[1],
+        count=per_channel, epsilon=epsilon, data_format=data_format_4d)
     return (tf.reshape(out.x_backprop, original_shape), tf.cast(out.scale_backprop, t2),
             tf.cast(out.offset_backprop, t2))
-
-
-def _variance_for_device(variance: tf.Tensor, epsilon: float, device: str) -> tf.Tensor:
-    """This API takes a variance everywhere; the shim's GPU kernel follows TensorFlow's GPU
-    contract (an inverse standard deviation in training mode), so convert for tensors placed
-    on a GPU."""
-    if "GPU" in (device or "").upper():
-        return tf.math.rsqrt(variance + epsilon)
-    return variance

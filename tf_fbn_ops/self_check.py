@@ -8,12 +8,17 @@ driver check's verdict, the CUDA versions), then on every device TensorFlow sees
 - determinism: five runs of the shim give the same bits;
 - in place: a graph whose y_backprop dies at the op (x_backprop may take over its buffer) gives
   the eager bits;
-- XLA, where the library has its lowerings: the same parity bound under jit_compile;
+- XLA, where the library has its lowerings: TensorFlow's forward op and the shim's gradient
+  compiled together (jit_compile=True), as a compiled training step pairs them, against
+  TensorFlow's forward and gradient compiled together, with the same parity bound;
 - the Keras 3 layer: one training step of a small model with tf_fbn_ops.keras.BatchNormalization
-  against the same step with Keras' own layer (loss and weights to float32 rounding).
+  against the same step with Keras' own layer (loss and weights to float32 rounding), as a
+  graph and, where the library has its XLA lowerings, compiled by XLA (what Keras' `fit` does
+  by default on a GPU); TensorFloat-32 off for this comparison.
 
-The reserve spaces come from TensorFlow's own forward op on the same device, so each device's
-contract holds (on a GPU, in training, reserve_space_2 is the inverse standard deviation).
+The reserve spaces always come from TensorFlow's own forward op on the same device and, under
+XLA, compiled in the same program: what reserve_space_2 holds differs between the CPU, the GPU
+and XLA on a GPU, and each pair must agree within its own program.
 Prints one line per check and "check: N passed, M failed"; exits 1 if anything failed.
 """
 
@@ -29,11 +34,14 @@ EPSILON = 1e-3
 UNIT = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 OPS = {"V1": ("float32",), "V2": ("float32", "float16", "bfloat16"),
        "V3": ("float32", "float16", "bfloat16")}
+# The forward op whose reserve spaces each gradient op reads.
+FORWARD_OPS = {"V1": "FusedBatchNorm", "V2": "FusedBatchNormV2", "V3": "FusedBatchNormV3"}
 SHAPES = {"NHWC": (4, 6, 5, 8), "NCHW": (4, 8, 6, 5)}
 RUNS = 5
 # Where the GPU part has run: told on machines without a GPU, so the reader knows it was checked.
-GPU_RUN_WHERE = ("the GPU part of this check passed on an NVIDIA H100 (TensorFlow 2.21's CUDA "
-                 "build, driver 580)")
+GPU_RUN_WHERE = ("the GPU part of this check passed on an NVIDIA H100 and an H200 (TensorFlow "
+                 "2.21's CUDA build, driver 580) before it compiled the forward with the "
+                 "gradient; in that form it has yet to run on a GPU")
 
 
 class Report:
@@ -190,13 +198,40 @@ def _one_case(tf, shim: Callable, builtin: Callable, op: str, dtype: str, data_f
     outcome["in place"] = next((f"output {i} differs from eager" for i in range(3)
                                 if _bits(graph[i]) != _bits(ours[i])), None)
     if xla:
-        jitted = tf.function(lambda: shim(**inputs, **attrs), jit_compile=True)()
-        outcome["XLA parity"] = _within_bound(tf, jitted, theirs, oracle, dtype)
+        ours_jit = compiled_with_forward(tf, shim, FORWARD_OPS[op], inputs, attrs)
+        try:
+            theirs_jit = compiled_with_forward(tf, builtin, FORWARD_OPS[op], inputs, attrs)
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+            theirs_jit = None
+        outcome["XLA parity"] = _within_bound(tf, ours_jit, theirs_jit, oracle, dtype)
     return outcome
 
 
-def _keras_check(report: Report, tf, device: str) -> None:
-    """One SGD step of Conv-BN-ReLU-Dense with each layer, from the same weights and data."""
+def compiled_with_forward(tf, gradient: Callable, forward_op: str, inputs: dict,
+                          attrs: dict) -> tuple:
+    """`gradient` compiled by XLA in one program with TensorFlow's training forward, as in a
+    compiled training step: in training it reads the reserve spaces the compiled forward wrote
+    on this device (what they hold there is not what the eager forward's hold on a GPU)."""
+    def program():
+        args = dict(inputs)
+        if attrs["is_training"]:
+            x = inputs["x"]
+            channels = inputs["scale"].shape[0]
+            stats = getattr(tf.raw_ops, forward_op)(
+                x=x, scale=inputs["scale"], offset=tf.zeros([channels]), mean=tf.zeros([0]),
+                variance=tf.zeros([0]), **attrs)
+            args["reserve_space_1"], args["reserve_space_2"] = stats[3], stats[4]
+            if "reserve_space_3" in args:
+                args["reserve_space_3"] = stats[5]
+        return tuple(gradient(**args, **attrs)[:3])
+
+    return tf.function(program, jit_compile=True)()
+
+
+def _keras_check(report: Report, tf, device: str, jit_compile: bool) -> None:
+    """One SGD step of Conv-BN-ReLU-Dense with each layer, from the same weights and data, as a
+    graph or compiled by XLA. TensorFloat-32 is off meanwhile: two compiled models may pick
+    different convolution algorithms, whose TF32 roundings would part them beyond float32's."""
     try:
         import keras  # noqa: PLC0415
     except ImportError:
@@ -218,17 +253,23 @@ def _keras_check(report: Report, tf, device: str) -> None:
             keras.layers.ReLU(), keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4)])
         model.compile(optimizer=keras.optimizers.SGD(0.1),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      jit_compile=False)
+                      jit_compile=jit_compile)
         loss = float(model.train_on_batch(images, labels))
         return loss, [np.asarray(w) for w in model.get_weights()]
 
-    with tf.device(device):
-        theirs = step(keras.layers.BatchNormalization)
-        ours = step(tf_fbn_ops.keras.BatchNormalization)
+    tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        with tf.device(device):
+            theirs = step(keras.layers.BatchNormalization)
+            ours = step(tf_fbn_ops.keras.BatchNormalization)
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(tf32)
     close = abs(ours[0] - theirs[0]) <= 1e-4 * max(1.0, abs(theirs[0])) and all(
         np.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(ours[1], theirs[1]))
-    report.check(close, f"{device}: Keras 3 layer training step matches Keras' layer "
-                        f"(loss {ours[0]:.6f} vs {theirs[0]:.6f})")
+    compiled = "compiled by XLA" if jit_compile else "as a graph"
+    report.check(close, f"{device}: Keras 3 layer training step {compiled} matches Keras' "
+                        f"layer (loss {ours[0]:.6f} vs {theirs[0]:.6f})")
 
 
 def main() -> int:
@@ -256,7 +297,8 @@ def main() -> int:
     try:
         for device in devices:
             _op_checks(report, tf, tf_fbn_ops, device, xla)
-            _keras_check(report, tf, device)
+            for jit_compile in (False, True) if xla else (False,):
+                _keras_check(report, tf, device, jit_compile)
     finally:
         logger.setLevel(level)
     print(f"check: {report.passed} passed, {report.failed} failed")

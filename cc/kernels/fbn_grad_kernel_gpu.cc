@@ -4,11 +4,12 @@
 //
 // TensorFlow's GPU contract differs from the CPU one in one place: in training mode
 // reserve_space_2 is the inverse standard deviation 1/sqrt(var + eps) that the GPU forward
-// (cuDNN) saves, not the variance. In inference mode it is the population variance on both.
+// (cuDNN) saves, not the variance (saved_statistics.h).
 #include "cc/core/bn_grad_gpu.h"
 #include "cc/kernels/driver_check_gpu.h"
 #include "cc/kernels/fbn_grad_kernel.h"
 #include "cc/kernels/gpu_stream_gpu.h"
+#include "cc/kernels/saved_statistics.h"
 #include "cc/kernels/sync_grad_kernel.h"
 
 #if FBN_XLA_FFI
@@ -30,7 +31,10 @@ struct BatchNormGradFunctor<GpuDevice, T> {
     fbn::Params params = cpu_params;
     // Synchronized batch norm's halves take the variance on every device (their forward is
     // ours, not cuDNN's).
-    params.saved_inv_std = params.is_training && params.stage == fbn::Stage::kWhole;
+    params.saved_inv_std =
+        params.is_training && params.stage == fbn::Stage::kWhole &&
+        SavedInverseStd(GradDevice::kGpu, GradOpVersion(ctx->op_kernel().type_string()),
+                        /*release: cuDNN's contract is the same in every one*/ {0, 0});
     stream_executor::Stream* stream =
         ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;
     if (stream == nullptr) return errors::Internal("No GPU stream available");

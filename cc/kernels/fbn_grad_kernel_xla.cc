@@ -12,6 +12,7 @@
 
 #include "cc/kernels/fbn_grad_registration.h"
 #include "cc/kernels/fbn_grad_validation.h"
+#include "cc/kernels/saved_statistics.h"
 #include "cc/kernels/xla_grad_lowerings.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
@@ -24,8 +25,10 @@ class FbnBatchNormGradXlaOp : public XlaOpKernel {
   explicit FbnBatchNormGradXlaOp(OpKernelConstruction* ctx) : XlaOpKernel(ctx) {
     const Status status = ReadGradAttrs(ctx, &attrs_);
     OP_REQUIRES(ctx, status.ok(), status);
-    // TensorFlow's GPU contract: in training, reserve_space_2 is the saved inverse std.
-    saved_inv_std_ = ctx->device_type().type_string() == DEVICE_GPU_XLA_JIT;
+    // What TensorFlow's own forward, compiled in the same program, hands this op.
+    const bool on_gpu = ctx->device_type().type_string() == DEVICE_GPU_XLA_JIT;
+    saved_inv_std_ = SavedInverseStd(on_gpu ? GradDevice::kXlaGpu : GradDevice::kXlaCpu,
+                                     GradOpVersion(type_string()), RunningTensorFlow());
     device_type_ = ctx->device_type();
   }
 

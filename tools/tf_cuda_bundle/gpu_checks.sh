@@ -5,8 +5,10 @@
 # package can be imported. Writes OUT/tf_gpu.txt (versions, the GPU TensorFlow registered, our
 # kernels per device, `python -m tf_fbn_ops info` and `check`), OUT/pytest.txt (tests/test_gpu.py:
 # registration, parity with tf.raw_ops' cuDNN kernels, XLA:GPU on both lowerings, the Keras 3
-# layer; tests/test_keras3.py, Keras training with our layer against Keras' own, here on the
-# GPU) and OUT/keras_step_errors.txt (tools/keras_step_errors.py: a model's gradients and losses
+# layer; tests/test_compiled_pairs.py, each gradient with TensorFlow's forward, eagerly and
+# compiled together, on the CPU and the GPU; tests/test_keras_step_errors.py and
+# tests/test_onednn_graph.py, the same on each device; tests/test_keras3.py, Keras training with
+# our layer against Keras' own, here on the GPU) and OUT/keras_step_errors.txt (tools/keras_step_errors.py: a model's gradients and losses
 # on the CPU and the GPU, TF32 on and off, graph and XLA, each layer and lowering, in float32
 # units against float64). Exits non-zero when TensorFlow sees no GPU or any check fails.
 #
@@ -54,7 +56,9 @@ echo "tensorflow sees a GPU: exit $status" | tee -a "$out/tf_gpu.txt"
 { python3 -m tf_fbn_ops info; python3 -m tf_fbn_ops check; } >>"$out/tf_gpu.txt" 2>&1 ||
   status=1
 python3 -m pytest -q -p no:cacheprovider -rs "$root/tests/test_gpu.py" \
-  "$root/tests/test_keras3.py" "$@" >"$out/pytest.txt" 2>&1 || status=1
+  "$root/tests/test_compiled_pairs.py" "$root/tests/test_keras_step_errors.py" \
+  "$root/tests/test_onednn_graph.py" "$root/tests/test_keras3.py" "$@" \
+  >"$out/pytest.txt" 2>&1 || status=1
 python3 "$root/tools/keras_step_errors.py" >"$out/keras_step_errors.txt" 2>&1 || status=1
 tail -3 "$out/pytest.txt"
 exit $status
