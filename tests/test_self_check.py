@@ -7,6 +7,7 @@ import itertools
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 import tf_fbn_ops
@@ -28,7 +29,9 @@ def test_check_passes_on_this_machine_and_says_what_it_did_not_check() -> None:
         assert f"PASS /device:CPU:0: {name} 28/28 cases" in out
     if _loader.xla_missing_reason() is None:
         assert "PASS /device:CPU:0: XLA parity 28/28 cases" in out
-    assert "Keras 3 layer training step matches" in out
+    assert "Keras 3 layer training step as a graph matches" in out
+    if _loader.xla_missing_reason() is None:
+        assert "Keras 3 layer training step compiled by XLA matches" in out
     assert out.strip().splitlines()[-1].endswith(" passed, 0 failed")
 
 
@@ -56,3 +59,21 @@ def test_changing_bits_fail_determinism() -> None:
 
     outcome = _case(drifting)
     assert outcome["deterministic"] == "run 2 output 1 differs"
+
+
+@pytest.mark.skipif(_loader.xla_missing_reason() is not None, reason="no XLA lowerings")
+def test_xla_parity_compiles_the_forward_with_the_gradient() -> None:
+    """A gradient that reads the compiled forward's statistic as the other kind (an inverse
+    standard deviation where it is a variance) fails XLA parity; the shim passes."""
+    def misreading(**kwargs):
+        inverse_std = kwargs["reserve_space_2"]
+        variance = 1.0 / tf.square(inverse_std) - kwargs["epsilon"]
+        return tf_fbn_ops.fused_batch_norm_grad_v3(**dict(kwargs, reserve_space_2=variance))
+
+    def case(shim):
+        tf_fbn_ops.load_library()
+        return self_check._one_case(tf, shim, tf.raw_ops.FusedBatchNormGradV3, "V3", "float32",
+                                    "NHWC", True, seed=2, xla=True)
+
+    assert case(tf_fbn_ops.fused_batch_norm_grad_v3)["XLA parity"] is None
+    assert "output 0: error" in case(misreading)["XLA parity"]
