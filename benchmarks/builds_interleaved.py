@@ -1,0 +1,99 @@
+"""Several builds of the op library against each other through TensorFlow: one process per
+build, the builds' processes alternated --repeats times, each timing eager
+FbnFusedBatchNormGradV3 calls on the given cases (5 rounds of ~30 ms of calls, median). For
+bisecting a speed change across commits, each built the same way in a worktree:
+
+    git worktree add /tmp/wt_old c950073 && py=$PWD/.venv/bin/python
+    (cd /tmp/wt_old && TF_FBN_OPS_CUDA=0 TF_FBN_OPS_XLA=0 $py setup.py -q build_ext --inplace)
+    .venv/bin/python benchmarks/builds_interleaved.py --threads 2 \\
+        old=/tmp/wt_old/tf_fbn_ops/_fbn_ops.so new=/tmp/wt_new/tf_fbn_ops/_fbn_ops.so \\
+        16x56x56x160:NCHW:T 16x14x14x512:NHWC:I
+
+Cases are SHAPE:FORMAT:MODE with the shape channels-last (NxHxWxC), FORMAT NHWC or NCHW, MODE
+T (training) or I (inference). Prints each build's median over its processes, in µs, and its
+ratio to the first build's.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def time_one_build(library: str, threads: int, cases: list[str]) -> dict[str, float]:
+    """In this process: every case's median per-call time with the library at `library`."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import numpy as np  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    op = tf.load_op_library(library).fbn_fused_batch_norm_grad_v3
+    times = {}
+    for case in cases:
+        text, data_format, mode = case.split(":")
+        dims = [int(v) for v in text.split("x")]
+        channels = dims[-1]
+        shape = dims if data_format == "NHWC" else [dims[0], channels, *dims[1:-1]]
+        rng = np.random.default_rng(0)
+        inputs = dict(y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                      x=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                      scale=tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
+                      reserve_space_1=tf.constant(rng.standard_normal(channels, np.float32)),
+                      reserve_space_2=tf.constant(rng.random(channels, np.float32) + 0.5),
+                      reserve_space_3=tf.zeros([0]))
+
+        def call():
+            return op(**inputs, epsilon=1e-3, data_format=data_format,
+                      is_training=mode == "T")[0].numpy()
+
+        for _ in range(3):
+            call()
+        start = time.perf_counter()
+        call()
+        calls = max(5, int(0.03 / (time.perf_counter() - start)))
+        rounds = []
+        for _ in range(5):
+            samples = []
+            for _ in range(calls):
+                start = time.perf_counter()
+                call()
+                samples.append(time.perf_counter() - start)
+            rounds.append(statistics.median(samples))
+        times[case] = statistics.median(rounds) * 1e6
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("items", nargs="+", help="LABEL=LIBRARY ... then cases")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=5, help="processes per build")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    builds = dict(item.split("=", 1) for item in args.items if "=" in item)
+    cases = [item for item in args.items if "=" not in item]
+    if args.child:
+        print(json.dumps(time_one_build(args.child, args.threads, cases)))
+        return
+    runs: dict[str, list[dict]] = {label: [] for label in builds}
+    for _ in range(args.repeats):
+        for label, library in builds.items():
+            out = subprocess.run([sys.executable, __file__, "--child", library, "--threads",
+                                  str(args.threads), *cases], capture_output=True, text=True,
+                                 check=True, timeout=600)
+            runs[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    labels = list(builds)
+    print(f"{args.threads} thread(s), {args.repeats} processes per build; µs (ratio to "
+          f"{labels[0]})")
+    print(f"{'case':24s} " + " ".join(f"{label:>16s}" for label in labels))
+    for case in cases:
+        medians = [statistics.median(r[case] for r in runs[label]) for label in labels]
+        print(f"{case:24s} " + " ".join(f"{m:9.0f} ({m / medians[0]:4.2f})" for m in medians))
+
+
+if __name__ == "__main__":
+    main()
