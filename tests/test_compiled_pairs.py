@@ -16,12 +16,10 @@ import tensorflow as tf
 import tf_fbn_ops
 from devices import DEVICES
 from parity import assert_parity, sum_rtol
-from tf_fbn_ops import _loader, reference
+from tf_fbn_ops import _loader, reference, self_check
 from xla_paths import assert_compiled_by, xla_path  # noqa: F401 - the fixture
 
 EPSILON = 1e-3
-FORWARD = {1: tf.raw_ops.FusedBatchNorm, 2: tf.raw_ops.FusedBatchNormV2,
-           3: tf.raw_ops.FusedBatchNormV3}
 THEIR_GRADIENT = {1: tf.raw_ops.FusedBatchNormGrad, 2: tf.raw_ops.FusedBatchNormGradV2,
                   3: tf.raw_ops.FusedBatchNormGradV3}
 OUR_GRADIENT = {1: tf_fbn_ops.fused_batch_norm_grad, 2: tf_fbn_ops.fused_batch_norm_grad_v2,
@@ -50,36 +48,23 @@ def _problem(dtype: str, shape: tuple, data_format: str, seed: int):
 
 def _oracle(x, dy, scale, data_format: str) -> tuple:
     """The float64 gradients from the batch's own float64 mean and (biased) variance."""
-    as64 = lambda t: tf.cast(t, tf.float32).numpy().astype(np.float64)  # noqa: E731
-    x64 = as64(x)
-    axes = tuple(a for a in range(x64.ndim)
-                 if a != reference.channel_axis(x64.ndim, data_format))
-    return reference.batch_norm_grad(as64(dy), x64, as64(scale), x64.mean(axis=axes),
-                                     x64.var(axis=axes), EPSILON, data_format, True)
-
-
-def _pair(version: int, gradient, x, dy, scale, data_format: str) -> tuple:
-    """TensorFlow's training forward, then `gradient` on its saved statistics."""
-    channels = scale.shape[0]
-    saved = FORWARD[version](x=x, scale=scale, offset=tf.zeros([channels]), mean=tf.zeros([0]),
-                             variance=tf.zeros([0]), epsilon=EPSILON, data_format=data_format,
-                             is_training=True)
-    kwargs = dict(y_backprop=dy, x=x, scale=scale, reserve_space_1=saved[3],
-                  reserve_space_2=saved[4], epsilon=EPSILON, data_format=data_format,
-                  is_training=True)
-    if version == 3:
-        kwargs["reserve_space_3"] = saved[5]
-    return tuple(gradient(**kwargs)[:3])
+    return self_check.float64_gradients(tf, {"x": x, "y_backprop": dy, "scale": scale},
+                                        data_format, training=True)
 
 
 def _run_pairs(device: str, version: int, dtype: str, data_format: str, shape: tuple,
                jit_compile: bool) -> tuple:
+    """TensorFlow's training forward with our gradient and with TensorFlow's, each pair in one
+    program (compiled together with `jit_compile`)."""
     x, dy, scale = _problem(dtype, shape, data_format, seed=version + len(shape))
-    ours = tf.function(lambda: _pair(version, OUR_GRADIENT[version], x, dy, scale, data_format),
-                       jit_compile=jit_compile)
-    theirs = tf.function(
-        lambda: _pair(version, THEIR_GRADIENT[version], x, dy, scale, data_format),
-        jit_compile=jit_compile)
+    unused = tf.zeros([0])  # the reserve spaces: the forward's, in the program
+    inputs = dict(y_backprop=dy, x=x, scale=scale, reserve_space_1=unused,
+                  reserve_space_2=unused, **({"reserve_space_3": unused} if version == 3 else {}))
+    attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=True)
+    forward = self_check.FORWARD_OPS[f"V{version}"]
+    ours, theirs = (tf.function(self_check.with_forward(tf, gradient, forward, inputs, attrs),
+                                jit_compile=jit_compile)
+                    for gradient in (OUR_GRADIENT[version], THEIR_GRADIENT[version]))
     with tf.device(device):
         hlo = ours.experimental_get_compiler_ir()(stage="hlo") if jit_compile else ""
         got, want = ours(), theirs()

@@ -109,7 +109,7 @@ def _case_inputs(tf, dtype: str, data_format: str, training: bool, seed: int) ->
             "reserve_space_1": saved[0], "reserve_space_2": saved[1]}
 
 
-def _oracle(tf, inputs: dict, data_format: str, training: bool) -> tuple:
+def float64_gradients(tf, inputs: dict, data_format: str, training: bool) -> tuple:
     """The float64 gradients; in training from the batch's own float64 statistics."""
     from tf_fbn_ops import reference  # noqa: PLC0415
 
@@ -180,7 +180,7 @@ def _one_case(tf, shim: Callable, builtin: Callable, op: str, dtype: str, data_f
     if op == "V3":
         inputs["reserve_space_3"] = tf.zeros([0])
     attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": training}
-    oracle = _oracle(tf, inputs, data_format, training)
+    oracle = float64_gradients(tf, inputs, data_format, training)
     ours = shim(**inputs, **attrs)
     try:
         theirs = builtin(**inputs, **attrs)
@@ -198,20 +198,26 @@ def _one_case(tf, shim: Callable, builtin: Callable, op: str, dtype: str, data_f
     outcome["in place"] = next((f"output {i} differs from eager" for i in range(3)
                                 if _bits(graph[i]) != _bits(ours[i])), None)
     if xla:
-        ours_jit = compiled_with_forward(tf, shim, FORWARD_OPS[op], inputs, attrs)
+        def compiled(gradient):
+            program = with_forward(tf, gradient, FORWARD_OPS[op], inputs, attrs)
+            return tf.function(program, jit_compile=True)()
+
+        ours_jit = compiled(shim)
         try:
-            theirs_jit = compiled_with_forward(tf, builtin, FORWARD_OPS[op], inputs, attrs)
+            theirs_jit = compiled(builtin)
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
             theirs_jit = None
         outcome["XLA parity"] = _within_bound(tf, ours_jit, theirs_jit, oracle, dtype)
     return outcome
 
 
-def compiled_with_forward(tf, gradient: Callable, forward_op: str, inputs: dict,
-                          attrs: dict) -> tuple:
-    """`gradient` compiled by XLA in one program with TensorFlow's training forward, as in a
-    compiled training step: in training it reads the reserve spaces the compiled forward wrote
-    on this device (what they hold there is not what the eager forward's hold on a GPU)."""
+def with_forward(tf, gradient: Callable, forward_op: str, inputs: dict,
+                 attrs: dict) -> Callable[[], tuple]:
+    """A program of TensorFlow's training forward `forward_op` and `gradient` on what it saved,
+    as a training step pairs them (in inference, `gradient` on `inputs`' statistics). Wrapped in
+    tf.function(jit_compile=True) the two compile into one XLA program, where the gradient
+    reads what the compiled forward wrote on that device (on a GPU not what the eager forward
+    writes)."""
     def program():
         args = dict(inputs)
         if attrs["is_training"]:
@@ -225,7 +231,7 @@ def compiled_with_forward(tf, gradient: Callable, forward_op: str, inputs: dict,
                 args["reserve_space_3"] = stats[5]
         return tuple(gradient(**args, **attrs)[:3])
 
-    return tf.function(program, jit_compile=True)()
+    return program
 
 
 def _keras_check(report: Report, tf, device: str, jit_compile: bool) -> None:
