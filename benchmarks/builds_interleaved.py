@@ -9,6 +9,10 @@ bisecting a speed change across commits, each built the same way in a worktree:
         old=/tmp/wt_old/tf_fbn_ops/_fbn_ops.so new=/tmp/wt_new/tf_fbn_ops/_fbn_ops.so \\
         16x56x56x160:NCHW:T 16x14x14x512:NHWC:I
 
+A build may carry environment settings after its library, comma-separated, so that one
+library can be timed against itself with a setting changed:
+`streamed=/tmp/wt_new/tf_fbn_ops/_fbn_ops.so,TF_FBN_OPS_STREAMING_MIB=0`.
+
 Cases are SHAPE:FORMAT:MODE with the shape channels-last (NxHxWxC), FORMAT NHWC or NCHW, MODE
 T (training) or I (inference). Prints each build's median over its processes, in µs, and its
 ratio to the first build's.
@@ -76,6 +80,11 @@ def main() -> None:
     args = parser.parse_args()
     builds = dict(item.split("=", 1) for item in args.items if "=" in item)
     cases = [item for item in args.items if "=" not in item]
+    settings = {}
+    for label, spec in builds.items():
+        library, *assignments = spec.split(",")
+        builds[label] = library
+        settings[label] = dict(a.split("=", 1) for a in assignments)
     if args.child:
         print(json.dumps(time_one_build(args.child, args.threads, cases)))
         return
@@ -84,7 +93,7 @@ def main() -> None:
         for label, library in builds.items():
             out = subprocess.run([sys.executable, __file__, "--child", library, "--threads",
                                   str(args.threads), *cases], capture_output=True, text=True,
-                                 check=True, timeout=600)
+                                 check=True, timeout=600, env={**os.environ, **settings[label]})
             runs[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
     labels = list(builds)
     print(f"{args.threads} thread(s), {args.repeats} processes per build; µs (ratio to "

@@ -1,5 +1,5 @@
-"""Where the time of the shim's op under jit goes, beside its eager kernel (2 intra-op threads,
-float32 NHWC training, interleaved rounds in one process):
+"""Where the time of the shim's op under jit goes, beside its eager kernel (float32, interleaved
+rounds in one process):
 
 - launch: a trivial compiled program (`v * 2` on four floats) timed right after another call of
   it, and right after one eager call of the kernel, whose tensors have just gone through the
@@ -8,10 +8,15 @@ float32 NHWC training, interleaved rounds in one process):
 - per op: the op compiled alone (one launch per call), and CHAIN calls chained in one compiled
   program (one launch for all), per call, against one eager call.
 
-    .venv/bin/python benchmarks/xla_launch_cost.py [SHAPE ...]   (default 24x30x30x96 ...)
+    .venv/bin/python benchmarks/xla_launch_cost.py [--threads N] [CASE ...]
+
+A case is SHAPE[:FORMAT[:MODE]]: the shape channels-last (NxHxWxC or NxDxHxWxC), FORMAT one
+of TensorFlow's data formats (default NHWC), MODE T (training, the default) or I (inference);
+by default 24x30x30x96, 32x28x28x128 and 48x14x14x320, at 2 intra-op threads.
 """
 
-import sys
+import argparse
+
 import time
 
 import numpy as np
@@ -75,26 +80,34 @@ def per_op(dy, kwargs: dict) -> dict[str, float]:
     return {name: median_us(s) for name, s in samples.items()}
 
 
-def main(shapes: list[str]) -> None:
-    tf.config.threading.set_intra_op_parallelism_threads(2)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", default=list(SHAPES))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     rng = np.random.default_rng(0)
-    for text in shapes:
-        shape = [int(d) for d in text.split("x")]
-        channels = shape[-1]
+    for case in args.cases:
+        fields = case.split(":")
+        text, data_format, mode = fields + ["NHWC", "T"][len(fields) - 1:]
+        dims = [int(d) for d in text.split("x")]
+        channels = dims[-1]
+        shape = dims if data_format.endswith("C") else [dims[0], channels, *dims[1:-1]]
         dy = tf.constant(rng.standard_normal(shape, dtype=np.float32))
         kwargs = {"x": tf.constant(rng.standard_normal(shape, dtype=np.float32)),
                   "scale": tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
                   "reserve_space_1": tf.constant(rng.standard_normal(channels, dtype=np.float32)),
                   "reserve_space_2": tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
-                  "reserve_space_3": tf.zeros([0])}
+                  "reserve_space_3": tf.zeros([0]), "data_format": data_format,
+                  "is_training": mode == "T"}
         times = per_op(dy, kwargs)
         warm, cold = launch_cost(lambda: tf_fbn_ops.fused_batch_norm_grad_v3(
             y_backprop=dy, **kwargs))
         eager = times["eager"]
         cells = ", ".join(f"{name} {t:.0f} us ({t / eager:.2f}x)" for name, t in times.items())
-        print(f"{text}: {cells}; a trivial compiled program: {warm:.0f} us after itself, "
+        print(f"{case}, {args.threads} thread(s): {cells}; a trivial compiled program: {warm:.0f} us after itself, "
               f"{cold:.0f} us after the eager kernel")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or list(SHAPES))
+    main()

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -26,28 +27,22 @@ int64_t SysfsCacheBytes(int index) {
   return amount;
 }
 
+// sysfs first: it describes the cache the calling core shares. sysconf only where sysfs says
+// nothing, because glibc derives it from CPUID, which on AMD gives the whole package's L3
+// (256 MiB on an EPYC VM whose cores share 32 MiB), not the core complex's.
 int64_t DetectLastLevelCacheBytes() {
   int64_t largest = 0;
   for (int index = 0; index < 16; ++index) {
-    const int64_t bytes = SysfsCacheBytes(index);
-    if (bytes > largest) largest = bytes;
+    largest = std::max(largest, SysfsCacheBytes(index));
   }
 #if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
-  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
-    const long bytes = sysconf(name);
-    if (bytes > largest) largest = bytes;
+  if (largest == 0) {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      largest = std::max<int64_t>(largest, sysconf(name));
+    }
   }
 #endif
   return largest > 0 ? largest : kUnknownCacheBytes;
-}
-
-bool IsAmd() {
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
-  __builtin_cpu_init();
-  return __builtin_cpu_is("amd");
-#else
-  return false;
-#endif
 }
 
 int64_t DetectStreamingFootprintBytes() {
@@ -63,7 +58,7 @@ int64_t DetectStreamingFootprintBytes() {
                  "(0 to 2^40); ignored, the CPU's own threshold is used\n",
                  mib);
   }
-  return IsAmd() ? LastLevelCacheBytes() : kIntelStreamingBytes;
+  return std::min(kStreamingBytes, LastLevelCacheBytes());
 }
 
 }  // namespace
