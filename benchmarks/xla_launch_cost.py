@@ -16,7 +16,6 @@ by default 24x30x30x96, 32x28x28x128 and 48x14x14x320, at 2 intra-op threads.
 """
 
 import argparse
-
 import time
 
 import numpy as np
@@ -105,8 +104,8 @@ def main() -> None:
             y_backprop=dy, **kwargs))
         eager = times["eager"]
         cells = ", ".join(f"{name} {t:.0f} us ({t / eager:.2f}x)" for name, t in times.items())
-        print(f"{case}, {args.threads} thread(s): {cells}; a trivial compiled program: {warm:.0f} us after itself, "
-              f"{cold:.0f} us after the eager kernel")
+        print(f"{case}, {args.threads} thread(s): {cells}; a trivial compiled program: "
+              f"{warm:.0f} us after itself, {cold:.0f} us after the eager kernel")
 
 
 if __name__ == "__main__":
