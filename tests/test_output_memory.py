@@ -110,11 +110,8 @@ FAULTS_PER_CALL = """
     dy = tf.constant(rng.standard_normal(shape).astype(np.float32))
     x = tf.constant(rng.standard_normal(shape).astype(np.float32))
     c = shape[-1]
-    def call():
-        return tf_fbn_ops.fused_batch_norm_grad_v3(
-            y_backprop=dy, x=x, scale=tf.ones([c]), reserve_space_1=tf.zeros([c]),
-            reserve_space_2=tf.ones([c]), reserve_space_3=tf.zeros([0]),
-            data_format="NHWC", is_training=True).x_backprop
+    mean, variance = tf.zeros([c]), tf.ones([c])
+    {call}
     first = call().numpy()
     for _ in range(3):
         call()
@@ -127,11 +124,30 @@ FAULTS_PER_CALL = """
                       "same": bool(np.array_equal(call().numpy(), first))}}))
     """
 
+# Every op with a gradient's outputs, x_backprop as `call()`'s result.
+GRADIENT_SHAPED_CALLS = {
+    "gradient": """def call():
+        return tf_fbn_ops.fused_batch_norm_grad_v3(
+            y_backprop=dy, x=x, scale=tf.ones([c]), reserve_space_1=mean,
+            reserve_space_2=variance, reserve_space_3=tf.zeros([0]),
+            data_format="NHWC", is_training=True).x_backprop""",
+    "synchronized_from_sums": """sums = tf_fbn_ops.ops.sync_batch_norm_grad_sums(
+        y_backprop=dy, x=x, mean=mean)
+    count = tf.constant(int(np.prod(shape)) // c, tf.int64)
+    def call():
+        return tf_fbn_ops.ops.sync_batch_norm_grad_from_sums(
+            y_backprop=dy, x=x, scale=tf.ones([c]), mean=mean, variance=variance,
+            sum_dy=sums.sum_dy, sum_dy_xc=sums.sum_dy_xc, count=count,
+            epsilon=1e-3).x_backprop""",
+}
 
+
+@pytest.mark.parametrize("op", sorted(GRADIENT_SHAPED_CALLS))
 @pytest.mark.parametrize("onednn", ["0", "1"])
-def test_few_page_faults_per_call_with_or_without_onednn(onednn):
+def test_few_page_faults_per_call_with_or_without_onednn(op, onednn):
     """x_backprop of 12.8 MB, dy held by the caller: under 5 % of its pages fresh per call."""
-    result = run_python(FAULTS_PER_CALL.format(shape=(8, 112, 112, 64)),
+    result = run_python(FAULTS_PER_CALL.format(shape=(8, 112, 112, 64),
+                                               call=GRADIENT_SHAPED_CALLS[op]),
                         TF_ENABLE_ONEDNN_OPTS=onednn)
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout.strip().splitlines()[-1])

@@ -1,10 +1,13 @@
-// The CPU specialization of BatchNormGradFunctor: the core's CPU kernels on the intra-op pool,
-// whatever the Stage of the call (the gradient ops and synchronized batch norm's halves alike).
+// The CPU specializations every CPU op shell uses (the gradient ops and synchronized batch norm's
+// halves alike): BatchNormGradFunctor runs the core's CPU kernels on the intra-op pool, whatever
+// the Stage of the call; x_backprop that cannot reuse y_backprop's buffer comes from memory kept
+// mapped between calls.
 #ifndef TF_FBN_OPS_CC_KERNELS_FBN_GRAD_FUNCTOR_CPU_H_
 #define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_FUNCTOR_CPU_H_
 
 #include "cc/kernels/cpu_parallel_for.h"
 #include "cc/kernels/fbn_grad_kernel.h"
+#include "cc/kernels/retained_cpu_allocator.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
@@ -17,6 +20,15 @@ struct BatchNormGradFunctor<CPUDevice, T> {
                     const fbn::Tensors<typename CoreType<T>::type>& tensors) {
     fbn::BatchNormGradCpu(params, tensors, IntraOpParallelFor(ctx));
     return OkStatus();
+  }
+};
+
+// Fresh pages would cost more than the arithmetic (retained_cpu_allocator.h).
+template <>
+struct XBackpropAllocation<CPUDevice> {
+  static Status Allocate(OpKernelContext* ctx, DataType dtype, const TensorShape& shape,
+                         Tensor** x_backprop) {
+    return AllocateRetainedOutput(ctx, 0, dtype, shape, x_backprop);
   }
 };
 

@@ -29,6 +29,12 @@ struct CoreType<Eigen::bfloat16> {
   using type = fbn::BFloat16;
 };
 
+// An input's data as the core's storage type.
+template <typename T>
+const typename CoreType<T>::type* CoreData(const Tensor& t) {
+  return reinterpret_cast<const typename CoreType<T>::type*>(t.flat<T>().data());
+}
+
 // Computes the three gradients on Device. Specialized per device (CPU: fbn_grad_kernel_cpu.cc).
 template <typename Device, typename T>
 struct BatchNormGradFunctor {
@@ -37,7 +43,7 @@ struct BatchNormGradFunctor {
 };
 
 // Where x_backprop comes from when y_backprop's buffer cannot be reused: TensorFlow's allocator
-// unless a device has a reason to differ (CPU: fbn_grad_kernel_cpu.cc).
+// unless a device has a reason to differ (CPU: fbn_grad_functor_cpu.h).
 template <typename Device>
 struct XBackpropAllocation {
   static Status Allocate(OpKernelContext* ctx, DataType dtype, const TensorShape& shape,
@@ -45,6 +51,39 @@ struct XBackpropAllocation {
     return ctx->allocate_output(0, shape, x_backprop);
   }
 };
+
+// The three outputs every gradient-shaped op has (the gradient ops, synchronized batch norm's
+// from-sums stage), as outputs 0-2.
+struct GradOutputs {
+  Tensor* x_backprop = nullptr;
+  Tensor* scale_backprop = nullptr;
+  Tensor* offset_backprop = nullptr;
+};
+
+// Allocates GradOutputs. x_backprop always gets x's shape (TF returns a 4-D one for an empty
+// 5-D x: a bug). It takes over y_backprop's buffer (input 0) when nothing else reads it (in
+// training graphs dy usually dies here): no allocation, no fresh pages, less peak memory. The
+// cores read each element of y_backprop before writing that element of x_backprop
+// (fbn::Tensors), so the bits are the same in place.
+template <typename Device>
+Status AllocateGradOutputs(OpKernelContext* ctx, DataType dtype, const TensorShape& x_shape,
+                           const TensorShape& channels_shape, GradOutputs* outputs) {
+  if (!ctx->forward_input_to_output_with_shape(0, 0, x_shape, &outputs->x_backprop)) {
+    TF_RETURN_IF_ERROR(
+        XBackpropAllocation<Device>::Allocate(ctx, dtype, x_shape, &outputs->x_backprop));
+  }
+  TF_RETURN_IF_ERROR(ctx->allocate_output(1, channels_shape, &outputs->scale_backprop));
+  return ctx->allocate_output(2, channels_shape, &outputs->offset_backprop);
+}
+
+// Points the core's output pointers at GradOutputs.
+template <typename T>
+void SetGradOutputs(const GradOutputs& outputs, fbn::Tensors<typename CoreType<T>::type>* t) {
+  t->x_backprop = reinterpret_cast<typename CoreType<T>::type*>(
+      outputs.x_backprop->flat<T>().data());
+  t->scale_backprop = outputs.scale_backprop->flat<float>().data();
+  t->offset_backprop = outputs.offset_backprop->flat<float>().data();
+}
 
 template <typename Device, typename T>
 class FbnFusedBatchNormGradOp : public OpKernel {
@@ -73,34 +112,21 @@ class FbnFusedBatchNormGradOp : public OpKernel {
                            reserve_space_2.shape(), attrs_, &params.shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
 
-    // x_backprop always gets x's shape (TF returns a 4-D one for an empty 5-D x: a bug). It
-    // takes over y_backprop's buffer when nothing else reads it (in training graphs dy usually
-    // dies here): no allocation, no fresh pages, less peak memory. The cores read each element
-    // of y_backprop before writing that element of x_backprop (fbn::Tensors), so the bits are
-    // the same in place.
-    Tensor* x_backprop = nullptr;
-    Tensor* scale_backprop = nullptr;
-    Tensor* offset_backprop = nullptr;
-    Tensor* unused = nullptr;
-    if (!ctx->forward_input_to_output_with_shape(0, 0, x.shape(), &x_backprop)) {
-      OP_REQUIRES_OK(ctx, XBackpropAllocation<Device>::Allocate(ctx, DataTypeToEnum<T>::value,
-                                                                x.shape(), &x_backprop));
-    }
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scale.shape(), &scale_backprop));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, scale.shape(), &offset_backprop));
+    GradOutputs outputs;
+    OP_REQUIRES_OK(ctx, AllocateGradOutputs<Device>(ctx, DataTypeToEnum<T>::value, x.shape(),
+                                                    scale.shape(), &outputs));
     // Outputs 3 and 4 exist for compatibility only; TF's stock kernel makes them empty [0].
+    Tensor* unused = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(3, TensorShape({0}), &unused));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(4, TensorShape({0}), &unused));
 
     fbn::Tensors<Core> t;
-    t.y_backprop = reinterpret_cast<const Core*>(y_backprop.flat<T>().data());
-    t.x = reinterpret_cast<const Core*>(x.flat<T>().data());
+    t.y_backprop = CoreData<T>(y_backprop);
+    t.x = CoreData<T>(x);
     t.scale = scale.flat<float>().data();
     t.mean = reserve_space_1.flat<float>().data();
     t.variance = reserve_space_2.flat<float>().data();
-    t.x_backprop = reinterpret_cast<Core*>(x_backprop->flat<T>().data());
-    t.scale_backprop = scale_backprop->flat<float>().data();
-    t.offset_backprop = offset_backprop->flat<float>().data();
+    SetGradOutputs<T>(outputs, &t);
     OP_REQUIRES_OK(ctx, BatchNormGradFunctor<Device, T>()(ctx, params, t));
   }
 

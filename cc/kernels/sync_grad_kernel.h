@@ -13,11 +13,6 @@
 namespace tensorflow {
 namespace fbn_kernels {
 
-template <typename T>
-const typename CoreType<T>::type* CoreData(const Tensor& t) {
-  return reinterpret_cast<const typename CoreType<T>::type*>(t.flat<T>().data());
-}
-
 // FbnSyncBatchNormGradSums: this replica's Σ dy and Σ dy·(x − mean) per channel.
 template <typename Device, typename T>
 class SyncGradSumsOp : public OpKernel {
@@ -83,15 +78,9 @@ class SyncGradFromSumsOp : public OpKernel {
     if (valid.ok()) valid = ValidateGlobalCount(ctx->input(7), params.shape, &params.global_count);
     OP_REQUIRES(ctx, valid.ok(), valid);
 
-    // x_backprop may take over y_backprop's buffer, as in FbnFusedBatchNormGradOp.
-    Tensor* x_backprop = nullptr;
-    Tensor* scale_backprop = nullptr;
-    Tensor* offset_backprop = nullptr;
-    if (!ctx->forward_input_to_output_with_shape(0, 0, x.shape(), &x_backprop)) {
-      OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &x_backprop));
-    }
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, scale.shape(), &scale_backprop));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, scale.shape(), &offset_backprop));
+    GradOutputs outputs;
+    OP_REQUIRES_OK(ctx, AllocateGradOutputs<Device>(ctx, DataTypeToEnum<T>::value, x.shape(),
+                                                    scale.shape(), &outputs));
     fbn::Tensors<Core> t;
     t.y_backprop = CoreData<T>(y_backprop);
     t.x = CoreData<T>(x);
@@ -100,9 +89,7 @@ class SyncGradFromSumsOp : public OpKernel {
     t.variance = variance.flat<float>().data();
     t.global_sum_dy = sum_dy.flat<double>().data();
     t.global_sum_dy_xc = sum_dy_xc.flat<double>().data();
-    t.x_backprop = reinterpret_cast<Core*>(x_backprop->flat<T>().data());
-    t.scale_backprop = scale_backprop->flat<float>().data();
-    t.offset_backprop = offset_backprop->flat<float>().data();
+    SetGradOutputs<T>(outputs, &t);
     OP_REQUIRES_OK(ctx, (BatchNormGradFunctor<Device, T>()(ctx, params, t)));
   }
 

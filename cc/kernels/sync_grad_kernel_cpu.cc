@@ -1,5 +1,5 @@
-// CPU registration of synchronized batch norm's two backward ops: the core's CPU kernels in a
-// Stage, on the intra-op pool (fbn_grad_functor_cpu.h).
+// CPU registration of synchronized batch norm's two backward ops (the device's pieces:
+// fbn_grad_functor_cpu.h).
 #include "cc/kernels/fbn_grad_functor_cpu.h"
 #include "cc/kernels/sync_grad_kernel.h"
 
