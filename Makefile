@@ -1,37 +1,7 @@
-# tf-fbn-ops: two commands do everything on a fresh machine with Python 3 and g++.
-#   make demo   virtual environment + TensorFlow + build, then the main job (a parity table)
-#   make test   the same set-up, then the C++ core tests (CPU; the CUDA kernels under the host
-#               emulator; on a GPU where nvcc exists), the C++ graph API test, the sanitizer run
-#               and the whole pytest suite
-# Other targets: lib (build the op library), core-test, gpu-test and gpu-bench (the CUDA core on
-# its own: nvcc and a GPU, no TensorFlow; they print SKIP without a GPU, and FBN_REQUIRE_GPU=1
-# makes that a failure), gpu-test-large (adds float16 tensors of more than 2^31 elements; ~13 GB
-# of GPU memory), gpu-peers (the CUDA core next to cuDNN, PyTorch and a copy on one GPU; needs
-# PyTorch with CUDA), gpu-peers-emu (its plumbing on the host emulator), gpu-emu-test (the
-# same CUDA source and GPU test compiled with g++ against a host emulator, under ASan+UBSan: no
-# GPU or nvcc needed), graph-api-test (tf_fbn_ops/ops.h, the
-# C++ graph API, against TensorFlow's classes, and examples/graph_api_example.cc), core-bench
-# (the CPU core alone, timed), sanitize (ASan+UBSan build of the core tests and of the op
-# library, and op tests under it), fuzz (100,000-case
-# differential fuzz run), fuzz-xla (as many cases, each compiled by XLA against the kernel's
-# bits), xla-ffi-lib (the XLA FFI handlers as a library of their own, for JAX; `make test`
-# builds it and checks it in JAX's XLA), xla-ffi-test (those handlers called through
-# hand-built call frames and a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan; no XLA
-# needed), test-large (a float16 tensor of more than 2^31
-# elements), tf-matrix (build and smoke-test against every TensorFlow 2.12-2.21), bazel-test (the Bazel build),
-# arm64-core-test (the CPU core cross-built for AArch64, its test and its bits under qemu),
-# wheel-aarch64 (the Linux AArch64 wheel, cross-compiled against TensorFlow's AArch64 wheel),
-# bench-sync (synchronized batch norm's training step on 2 workers, ours against Keras'), bench-sync-xla
-# (its two backward ops under XLA: custom calls against HLO lowerings),
-# platform-test (the wheel installed and checked under every CPython it is tagged for, in
-# TensorFlow's CUDA build, in a Debian 13 root and, the AArch64 wheel, in an arm64 root under
-# qemu), tf-cuda-bundle (TensorFlow's CUDA build packed in parts for a GPU machine without TensorFlow
-# or network; tools/tf_cuda_bundle/, docs/gpu.md), bench (the benchmark harness: the shim against TF Eigen, TF+oneDNN, PyTorch and a
-# streaming-limit kernel, 1 and 2 threads; options in BENCH_ARGS, e.g. BENCH_ARGS=--quick;
-# installs torch and matplotlib into the venv first; results in build/bench), wheel (a binary
-# wheel for the venv's TensorFlow in dist/, checked by auditwheel), wheel-smoke (that wheel
-# installed into a new environment and used from outside the checkout; CI runs it), wheels (one
-# wheel per TensorFlow 2.12-2.21 in dist/), clean.
+# tf-fbn-ops. On a fresh machine with Python 3 and g++, two commands do all the set-up:
+#   make demo   the virtual environment, TensorFlow and the library, then a parity table
+#   make test   the same set-up, then every test CI runs
+# `make help` lists every target, one line each; below they are grouped by concern.
 
 PYTHON     ?= python3
 VENV       ?= .venv
@@ -84,20 +54,27 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
         tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync bench-sync-xla \
-        xla-ffi-test clean
+        xla-ffi-test help clean
 
+### Everyday
+
+## the virtual environment, TensorFlow and the library, then a parity table against TensorFlow
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-test: lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib xla-ffi-test \
-      sanitize
+TEST_STEPS := lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib \
+              xla-ffi-test sanitize
+## every test CI runs: C++ core (CUDA emulated, and on a GPU), graph API, FFI, sanitizers, pytest
+test: $(TEST_STEPS)
 	$(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) tests
 
+## the op library, built in place (an editable install into the venv)
 lib: $(LIBRARY)
 
-core-test: $(CORE_TEST) $(CORE_STAGES_TEST)
-	./$(CORE_TEST)
-	./$(CORE_STAGES_TEST)
+# An editable install: the library is built in place and the package imports from the checkout.
+$(LIBRARY): $(DEPS) $(CC_FILES) setup.py
+	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
+	touch $@
 
 $(DEPS):
 	$(PYTHON) -m venv $(VENV)
@@ -107,10 +84,27 @@ $(DEPS):
 	$(PY) -m pip install --quiet "$(JAX_PACKAGE)"
 	touch $@
 
-# An editable install: the library is built in place and the package imports from the checkout.
-$(LIBRARY): $(DEPS) $(CC_FILES) setup.py
-	$(PY) -m pip install --quiet --no-build-isolation --no-deps -e .
-	touch $@
+# A `## ` line right above a target's rule is its line in this list; `### ` lines head groups.
+## every target, one line each
+help:
+	@awk '/^### / { printf "\n%s\n", substr($$0, 5); next } \
+	      /^## / { text = substr($$0, 4); next } \
+	      text != "" && /^[a-z0-9-]+:/ { name = $$0; sub(/:.*/, "", name); \
+	                                     printf "  %-16s %s\n", name, text } \
+	      { text = "" }' $(firstword $(MAKEFILE_LIST))
+
+# A platform root's /proc stays mounted if its run was killed: unmounted before deleting.
+## remove build outputs (build/, dist/, the library)
+clean:
+	-for root in build/platform/*/; do umount -q "$${root}proc" 2>/dev/null; done; true
+	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py
+
+### The CPU core (no TensorFlow)
+
+## the CPU core's tests (plain g++, no TensorFlow)
+core-test: $(CORE_TEST) $(CORE_STAGES_TEST)
+	./$(CORE_TEST)
+	./$(CORE_STAGES_TEST)
 
 # The core needs no TensorFlow: plain g++.
 $(CORE_TEST): $(CC_FILES)
@@ -126,6 +120,7 @@ $(CORE_STAGES_TEST): $(CC_FILES)
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
 # each inner loop by cache level); not a test. The streaming loops are compiled as the harness
 # compiles them (-march=native), the core as the library does.
+## the CPU core alone against a streaming kernel, 1 and 2 threads (CORE_BENCH_ARGS=--loops)
 core-bench: $(CC_FILES) $(wildcard benchmarks/core_bench/*)
 	mkdir -p build
 	$(CXX) -O3 -march=native -fopenmp-simd -c benchmarks/core_bench/stream_loops.cc \
@@ -134,9 +129,25 @@ core-bench: $(CC_FILES) $(wildcard benchmarks/core_bench/*)
 	    build/core_bench_stream_loops.o -o build/core_bench
 	./build/core_bench $(CORE_BENCH_ARGS)
 
+# The CPU core built for Linux AArch64 (Debian's cross compiler) and run under qemu: its test,
+# and its outputs against this machine's, bit for bit (installs both tools with apt if missing).
+## the CPU core cross-built for AArch64: its test and its bits under qemu
+arm64-core-test:
+	tools/arm64_core_check.sh
+
+### The CUDA core (no TensorFlow)
+
+$(GPU_TEST): $(CC_FILES)
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_grad_gpu.cu \
+	    cc/tests/gpu_core_test.cu -o $@
+
+## the CUDA core's test (nvcc; SKIP without a GPU, a failure with FBN_REQUIRE_GPU=1)
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)
 
+## gpu-test with float16 tensors of more than 2^31 elements (~13 GB of GPU memory)
 gpu-test-large: $(GPU_TEST)
 	FBN_GPU_TEST_LARGE=1 ./$(GPU_TEST)
 
@@ -151,26 +162,17 @@ $(GPU_EMU_TEST): $(CC_FILES)
 	    -Icc/tests/gpu_emulator -x c++ cc/core/bn_grad_gpu.cu cc/tests/gpu_core_test.cu \
 	    -x none cc/core/bn_grad_reference.cc cc/tests/gpu_emulator/emulator.cc -o $@
 
+## the CUDA source and its test on the host emulator under ASan+UBSan (no GPU, no nvcc)
 gpu-emu-test: $(GPU_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
 	cc/tests/gpu_presence_test.sh ./$(GPU_EMU_TEST)
 
-# The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
-# each built with the flags `python -m tf_fbn_ops cc-flags` gives users.
-GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
-                  -Wno-interference-size $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
-                  $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
+$(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_gpu.cu benchmarks/gpu_bench.cu -o $@
 
-$(GRAPH_API_TEST): cc/tests/graph_api_test.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
-	$(GRAPH_API_BUILD)
-
-$(GRAPH_API_EXAMPLE): examples/graph_api_example.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
-	$(GRAPH_API_BUILD)
-
-graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_EXAMPLE)
-	./$(GRAPH_API_TEST)
-	./$(GRAPH_API_EXAMPLE)
-
+## the CUDA core timed against a device copy (nvcc and a GPU)
 gpu-bench: $(GPU_BENCH)
 	./$(GPU_BENCH)
 
@@ -193,8 +195,23 @@ $(GPU_PEERS_EMU_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
 	    -x c++ cc/core/bn_grad_gpu.cu benchmarks/gpu_peers/core_capi.cu \
 	    -x none cc/tests/gpu_emulator/emulator.cc -o $@
 
+## the CUDA core beside cuDNN, PyTorch and a copy on one GPU (PEERS_ARGS)
 gpu-peers: $(GPU_PEERS_CORE)
 	$(PYTHON) benchmarks/gpu_peers/peers.py $(PEERS_ARGS)
+
+## gpu-peers' plumbing on the host emulator (no GPU, no timing)
+gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
+	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)
+
+# TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
+# each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.
+TF_CUDA_BUNDLE_PYTHON ?= 3.12
+## TensorFlow's CUDA build in 64 MiB parts for a GPU machine (docs/gpu.md)
+tf-cuda-bundle:
+	$(PYTHON) tools/tf_cuda_bundle/make_bundle.py build/tf_cuda_bundle \
+	    --python $(TF_CUDA_BUNDLE_PYTHON)
+
+### The XLA FFI handlers
 
 # The FFI handlers as a library of their own (no TensorFlow): the core and cc/xla_ffi/, against
 # XLA's FFI headers copied from the venv's TensorFlow (2.20 or later) into XLA_FFI_INCLUDE, for
@@ -207,6 +224,7 @@ XLA_FFI_SOURCES := $(filter-out %_reference.cc,$(wildcard cc/core/*.cc)) \
                    $(filter-out %_gpu.cc,$(wildcard cc/xla_ffi/*.cc))
 XLA_FFI_GPU_OBJECT := build/xla_ffi_bn_grad_gpu.o
 
+## the XLA FFI handlers as a library of their own, for JAX or any XLA
 xla-ffi-lib: $(XLA_FFI_LIB)
 
 # Copied, not included in place: a GPU machine without TensorFlow gets them with the tree.
@@ -258,24 +276,42 @@ $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_sync_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
+## the FFI handlers on a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan
 xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_SYNC_TEST)
 
-gpu-peers-emu: $(GPU_PEERS_EMU_CORE) $(DEPS)
-	$(PY) benchmarks/gpu_peers/peers.py --emulated $(PEERS_ARGS)
+# The same number of cases, each compiled by XLA and held to the kernel's bits (hours: one XLA
+# compilation per case).
+## fuzz's cases, each compiled by XLA and held to the kernel's bits (hours)
+fuzz-xla: lib
+	$(PY) tests/fuzz_long.py --xla 100000
 
-$(GPU_TEST): $(CC_FILES)
-	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
-	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_grad_gpu.cu \
-	    cc/tests/gpu_core_test.cu -o $@
+# Synchronized batch norm's two backward ops under jit_compile=True: the custom calls of the
+# kernels against the HLO lowerings and the kernels without XLA, one process (the CPU).
+## synchronized batch norm's backward ops under XLA: custom calls against HLO
+bench-sync-xla: lib
+	$(PY) benchmarks/sync_bn/xla_paths.py
 
-$(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
-	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
-	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_gpu.cu benchmarks/gpu_bench.cu -o $@
+### The library checked further
+
+# The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
+# each built with the flags `python -m tf_fbn_ops cc-flags` gives users.
+GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
+                  -Wno-interference-size $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
+                  $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
+
+$(GRAPH_API_TEST): cc/tests/graph_api_test.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
+	$(GRAPH_API_BUILD)
+
+$(GRAPH_API_EXAMPLE): examples/graph_api_example.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
+	$(GRAPH_API_BUILD)
+
+## the C++ graph API (tf_fbn_ops/ops.h) and the README's example against TensorFlow
+graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_EXAMPLE)
+	./$(GRAPH_API_TEST)
+	./$(GRAPH_API_EXAMPLE)
 
 # Sanitizers: any report aborts. Python and TensorFlow are not instrumented, so the runtimes are
 # preloaded and leak checking (Python's own "leaks" at exit) is off.
@@ -292,6 +328,7 @@ SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_f
 SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py \
                       -k "bad_shapes or traced_outside or (jit_parity and NHWC-train-2x4x5x3)"
 
+## ASan+UBSan builds of the core tests and the op library, op tests under them
 sanitize: $(DEPS)
 	mkdir -p $(SANITIZE_DIR)
 	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
@@ -312,85 +349,17 @@ sanitize: $(DEPS)
 	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
 	    --rootdir=$(CURDIR) $(SANITIZE_XLA_TESTS)
 
+## a 100,000-case differential fuzz run against the float64 oracle
 fuzz: lib
 	$(PY) tests/fuzz_long.py 100000
 
-# The same number of cases, each compiled by XLA and held to the kernel's bits (hours: one XLA
-# compilation per case).
-fuzz-xla: lib
-	$(PY) tests/fuzz_long.py --xla 100000
-
+## a float16 tensor of more than 2^31 elements
 test-large: lib
 	$(PY) -m pytest -q -rs tests/large_tensor_check.py
 
+## build and smoke-test against every TensorFlow 2.12-2.21
 tf-matrix:
 	$(PYTHON) tools/tf_matrix.py
-
-# Binary wheels: the library with its CPU, CUDA and XLA code, tagged by auditwheel for the glibc
-# of TensorFlow's own wheel, TensorFlow pinned through extras (build_support/versioning.py). The
-# CUDA code is built with CUDA 12.4 from Debian's packages (driver R525+, TensorFlow's own
-# floor); WHEEL_CUDA_TOOLKIT=machine builds it with the machine's toolkit instead.
-WHEEL_CUDA_TOOLKIT ?= debian-12.4
-wheel: $(DEPS)
-	$(PY) tools/build_wheel.py --out dist --cuda-toolkit $(WHEEL_CUDA_TOOLKIT)
-
-wheel-smoke: wheel
-	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) \
-	    --tensorflow "$(TF_PACKAGE)" \
-	    $(if $(filter debian-12.4,$(WHEEL_CUDA_TOOLKIT)),--cuda 12.4)
-
-wheels:
-	$(PYTHON) tools/tf_matrix.py --wheels
-
-# The source distribution for the venv's TensorFlow minor (its version's fourth number), for
-# platforms without a wheel: pip install --no-build-isolation dist/tf_fbn_ops-*.tar.gz.
-sdist: $(DEPS)
-	$(PY) setup.py -q sdist -d dist
-
-# The CPU core built for Linux AArch64 (Debian's cross compiler) and run under qemu: its test,
-# and its outputs against this machine's, bit for bit (installs both tools with apt if missing).
-arm64-core-test:
-	tools/arm64_core_check.sh
-
-# The Linux AArch64 wheel, cross-compiled here against TensorFlow's own AArch64 wheel, which an
-# arm64 Debian root under qemu holds (made on first use in build/platform/arm64; root needed).
-wheel-aarch64: $(DEPS)
-	$(PY) tools/build_wheel_aarch64.py --out dist
-
-# The newest wheel in dist/, installed and checked under every CPython it is tagged for that this
-# machine has, under TensorFlow's CUDA build, and in a Debian 13 root (debootstrap; root needed).
-# PLATFORMS names a subset (pythons cuda-build debian13 arm64 sdist). Downloads TensorFlow per
-# environment. arm64 needs the AArch64 wheel (built first when it is among them) and takes the
-# longest: everything runs under qemu.
-PLATFORMS ?=
-platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,all)),wheel-aarch64)
-	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) $(PLATFORMS)
-
-# A synchronized training step on 2 workers (MultiWorkerMirroredStrategy on 127.0.0.1, the CPU):
-# tf_fbn_ops' synchronized layer against Keras', a small convnet and MobileNetV2; step time and
-# collectives per step (benchmarks/sync_bn/; options in SYNC_BENCH_ARGS).
-SYNC_BENCH_ARGS ?=
-bench-sync: lib
-	$(PY) benchmarks/sync_bn/run.py $(SYNC_BENCH_ARGS)
-
-# Synchronized batch norm's two backward ops under jit_compile=True: the custom calls of the
-# kernels against the HLO lowerings and the kernels without XLA, one process (the CPU).
-bench-sync-xla: lib
-	$(PY) benchmarks/sync_bn/xla_paths.py
-
-# TensorFlow's CUDA build for the GPU machines' CPython (TF_CUDA_BUNDLE_PYTHON), in parts that
-# each fit a command's 64 MiB: assembled there by tools/tf_cuda_bundle/assemble.py.
-TF_CUDA_BUNDLE_PYTHON ?= 3.12
-tf-cuda-bundle:
-	$(PYTHON) tools/tf_cuda_bundle/make_bundle.py build/tf_cuda_bundle \
-	    --python $(TF_CUDA_BUNDLE_PYTHON)
-
-$(BENCH_DEPS): $(DEPS)
-	$(PY) -m pip install --quiet $(BENCH_PACKAGES)
-	touch $@
-
-bench: lib $(BENCH_DEPS)
-	PYTHONPATH=benchmarks $(PY) -m harness $(BENCH_ARGS)
 
 # Bazel (Debian's bazel-bootstrap 4.2.3, offline): the core test and the parity smoke test
 # through the Bazel-built library, CPU and (where nvcc exists) CUDA variants.
@@ -400,6 +369,7 @@ BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) \
                --test_env=PATH=$(abspath $(VENV))/bin:/usr/bin:/bin
 BAZEL_TESTS := //:core_test //:core_stages_test //:parity_smoke_test
 
+## the Bazel build: core tests and the parity smoke test, CPU (and CUDA with nvcc)
 bazel-test: $(DEPS)
 	command -v $(BAZEL) >/dev/null || $(SUDO) apt-get install -y -q bazel-bootstrap || \
 	    { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q bazel-bootstrap; }
@@ -407,7 +377,63 @@ bazel-test: $(DEPS)
 	$(if $(NVCC),$(BAZEL) test $(BAZEL_FLAGS) --repo_env=TF_NEED_CUDA=1 $(BAZEL_TESTS))
 	$(BAZEL) shutdown
 
-# A platform root's /proc stays mounted if its run was killed: unmounted before deleting.
-clean:
-	-for root in build/platform/*/; do umount -q "$${root}proc" 2>/dev/null; done; true
-	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py
+### Packages
+
+# Binary wheels: the library with its CPU, CUDA and XLA code, tagged by auditwheel for the glibc
+# of TensorFlow's own wheel, TensorFlow pinned through extras (build_support/versioning.py). The
+# CUDA code is built with CUDA 12.4 from Debian's packages (driver R525+, TensorFlow's own
+# floor); WHEEL_CUDA_TOOLKIT=machine builds it with the machine's toolkit instead.
+WHEEL_CUDA_TOOLKIT ?= debian-12.4
+## a binary wheel for the venv's TensorFlow in dist/, checked by auditwheel
+wheel: $(DEPS)
+	$(PY) tools/build_wheel.py --out dist --cuda-toolkit $(WHEEL_CUDA_TOOLKIT)
+
+## that wheel installed in a new environment and used from outside the checkout
+wheel-smoke: wheel
+	$(PYTHON) tools/wheel_smoke.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) \
+	    --tensorflow "$(TF_PACKAGE)" \
+	    $(if $(filter debian-12.4,$(WHEEL_CUDA_TOOLKIT)),--cuda 12.4)
+
+## one wheel per TensorFlow 2.12-2.21 in dist/
+wheels:
+	$(PYTHON) tools/tf_matrix.py --wheels
+
+# The source distribution for the venv's TensorFlow minor (its version's fourth number), for
+# platforms without a wheel: pip install --no-build-isolation dist/tf_fbn_ops-*.tar.gz.
+## the source distribution for the venv's TensorFlow minor
+sdist: $(DEPS)
+	$(PY) setup.py -q sdist -d dist
+
+# The Linux AArch64 wheel, cross-compiled here against TensorFlow's own AArch64 wheel, which an
+# arm64 Debian root under qemu holds (made on first use in build/platform/arm64; root needed).
+## the Linux AArch64 wheel, cross-compiled against TensorFlow's AArch64 wheel
+wheel-aarch64: $(DEPS)
+	$(PY) tools/build_wheel_aarch64.py --out dist
+
+# The newest wheel in dist/, installed and checked under every CPython it is tagged for that this
+# machine has, under TensorFlow's CUDA build, and in a Debian 13 root (debootstrap; root needed).
+# PLATFORMS names a subset (pythons cuda-build debian13 arm64 sdist). Downloads TensorFlow per
+# environment. arm64 needs the AArch64 wheel (built first when it is among them) and takes the
+# longest: everything runs under qemu.
+PLATFORMS ?=
+## the newest wheel under each CPython, TF's CUDA build, Debian 13, arm64 (PLATFORMS)
+platform-test: wheel $(if $(or $(filter arm64,$(PLATFORMS)),$(if $(PLATFORMS),,all)),wheel-aarch64)
+	$(PYTHON) tools/platform_test.py $$(ls -t dist/tf_fbn_ops-*_x86_64.whl | head -1) $(PLATFORMS)
+
+### Benchmarks
+
+$(BENCH_DEPS): $(DEPS)
+	$(PY) -m pip install --quiet $(BENCH_PACKAGES)
+	touch $@
+
+## the harness: ours against TF Eigen, oneDNN, PyTorch and a streaming kernel (BENCH_ARGS)
+bench: lib $(BENCH_DEPS)
+	PYTHONPATH=benchmarks $(PY) -m harness $(BENCH_ARGS)
+
+# A synchronized training step on 2 workers (MultiWorkerMirroredStrategy on 127.0.0.1, the CPU):
+# tf_fbn_ops' synchronized layer against Keras', a small convnet and MobileNetV2; step time and
+# collectives per step (benchmarks/sync_bn/; options in SYNC_BENCH_ARGS).
+SYNC_BENCH_ARGS ?=
+## a synchronized training step on 2 workers, ours against Keras' (SYNC_BENCH_ARGS)
+bench-sync: lib
+	$(PY) benchmarks/sync_bn/run.py $(SYNC_BENCH_ARGS)

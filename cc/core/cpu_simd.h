@@ -40,7 +40,6 @@ constexpr int kParts = kLanes / kPartLanes;
 
 typedef float Part __attribute__((vector_size(kPartLanes * sizeof(float))));
 typedef uint32_t PartBits __attribute__((vector_size(kPartLanes * sizeof(uint32_t))));
-typedef int32_t PartMask __attribute__((vector_size(kPartLanes * sizeof(int32_t))));
 typedef uint16_t PartBits16 __attribute__((vector_size(kPartLanes * sizeof(uint16_t))));
 
 struct Floats {

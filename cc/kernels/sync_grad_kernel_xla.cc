@@ -101,22 +101,15 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
       return;
     }
 
-    xla::XlaBuilder* b = ctx->builder();
     const TensorShape x_shape = ctx->InputShape(1);
     const ChannelBroadcast channels(x_shape, attrs_.channels_last ? x_shape.dims() - 1 : 1);
-    const xla::XlaOp dy = Widen(ctx->Input(0));
     const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(3)));
-    const xla::XlaOp inv_std =
-        xla::ConstantR0<double>(b, 1.0) /
-        xla::Sqrt(Widen(ctx->Input(4)) + xla::ConstantR0<double>(b, attrs_.epsilon));
+    const xla::XlaOp inv_std = InverseStd(Widen(ctx->Input(4)), attrs_.epsilon);
     const xla::XlaOp global_dy = ctx->Input(5);
     const xla::XlaOp global_dy_xc = ctx->Input(6);
-    const xla::XlaOp count = Widen(ctx->Input(7));
-    const xla::XlaOp dy_mean = global_dy / count;
-    const xla::XlaOp coef2 = inv_std * inv_std * (global_dy_xc / count);
     const xla::XlaOp x_backprop =
-        channels.Spread(Widen(ctx->Input(2)) * inv_std) *
-        ((dy - channels.Spread(dy_mean)) - xc * channels.Spread(coef2));
+        TrainingXBackprop(channels, Widen(ctx->Input(0)), xc, Widen(ctx->Input(2)), inv_std,
+                          global_dy, global_dy_xc, Widen(ctx->Input(7)));
     ctx->SetOutput(0, xla::ConvertElementType(x_backprop, ctx->input_xla_type(1)));
     ctx->SetOutput(1, xla::ConvertElementType(global_dy_xc * inv_std, xla::F32));
     ctx->SetOutput(2, xla::ConvertElementType(global_dy, xla::F32));

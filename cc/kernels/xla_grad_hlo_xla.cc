@@ -21,10 +21,7 @@ void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_in
   const xla::XlaOp scale = Widen(ctx->Input(2));
   const xla::XlaOp saved = Widen(ctx->Input(4));
   const xla::XlaOp inv_std =
-      saved_inv_std && attrs.is_training
-          ? saved
-          : xla::ConstantR0<double>(b, 1.0) /
-                xla::Sqrt(saved + xla::ConstantR0<double>(b, attrs.epsilon));
+      saved_inv_std && attrs.is_training ? saved : InverseStd(saved, attrs.epsilon);
 
   const xla::XlaOp sum_dy = channels.SumPerChannel(ctx, dy);
   const xla::XlaOp sum_dy_xc = channels.SumPerChannel(ctx, dy * xc);
@@ -37,10 +34,7 @@ void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_in
   if (attrs.is_training) {
     // rest == 0 only when x is empty; the quotients below then feed nothing.
     const xla::XlaOp rest = xla::ConstantR0<double>(b, static_cast<double>(shape.rest()));
-    const xla::XlaOp dy_mean = sum_dy / rest;
-    const xla::XlaOp coef2 = inv_std * inv_std * (sum_dy_xc / rest);
-    x_backprop = channels.Spread(scale * inv_std) *
-                 ((dy - channels.Spread(dy_mean)) - xc * channels.Spread(coef2));
+    x_backprop = TrainingXBackprop(channels, dy, xc, scale, inv_std, sum_dy, sum_dy_xc, rest);
   } else {
     x_backprop = dy * channels.Spread(inv_std * scale);
   }
@@ -49,6 +43,21 @@ void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_in
   ctx->SetOutput(1, xla::ConvertElementType(scale_backprop, xla::F32));
   ctx->SetOutput(2, xla::ConvertElementType(sum_dy, xla::F32));
   SetEmptyReserveOutputs(ctx);
+}
+
+xla::XlaOp InverseStd(xla::XlaOp variance, float epsilon) {
+  xla::XlaBuilder* b = variance.builder();
+  return xla::ConstantR0<double>(b, 1.0) /
+         xla::Sqrt(variance + xla::ConstantR0<double>(b, epsilon));
+}
+
+xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xla::XlaOp xc,
+                             xla::XlaOp scale, xla::XlaOp inv_std, xla::XlaOp sum_dy,
+                             xla::XlaOp sum_dy_xc, xla::XlaOp count) {
+  const xla::XlaOp dy_mean = sum_dy / count;
+  const xla::XlaOp coef2 = inv_std * inv_std * (sum_dy_xc / count);
+  return channels.Spread(scale * inv_std) *
+         ((dy - channels.Spread(dy_mean)) - xc * channels.Spread(coef2));
 }
 
 void SetEmptyReserveOutputs(XlaOpKernelContext* ctx) {

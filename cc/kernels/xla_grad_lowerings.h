@@ -94,6 +94,16 @@ class ChannelBroadcast {
 
 inline xla::XlaOp Widen(xla::XlaOp value) { return xla::ConvertElementType(value, xla::F64); }
 
+// 1/sqrt(variance + epsilon) in double, epsilon being the op's float attribute.
+xla::XlaOp InverseStd(xla::XlaOp variance, float epsilon);
+
+// Training's x_backprop in double, with the reference's grouping (cc/core/bn_grad_reference.cc),
+// from x − mean (`xc`) and the per-channel sums of dy and dy·xc over `count` elements per
+// channel (the batch's, or every replica's for synchronized batch norm). Every operand is F64.
+xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xla::XlaOp xc,
+                             xla::XlaOp scale, xla::XlaOp inv_std, xla::XlaOp sum_dy,
+                             xla::XlaOp sum_dy_xc, xla::XlaOp count);
+
 // Outputs 3 and 4 exist for compatibility only: empty [0], as TensorFlow's CPU kernel.
 void SetEmptyReserveOutputs(XlaOpKernelContext* ctx);
 
