@@ -35,7 +35,7 @@ const typename CoreType<T>::type* CoreData(const Tensor& t) {
   return reinterpret_cast<const typename CoreType<T>::type*>(t.flat<T>().data());
 }
 
-// Computes the three gradients on Device. Specialized per device (CPU: fbn_grad_kernel_cpu.cc).
+// Computes the three gradients on Device. Specialized per device (CPU: fbn_grad_functor_cpu.h).
 template <typename Device, typename T>
 struct BatchNormGradFunctor {
   Status operator()(OpKernelContext* ctx, const fbn::Params& params,
