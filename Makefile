@@ -28,12 +28,14 @@ CXX        ?= g++
 # nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
 NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
                   else command -v nvcc; fi)
-GPU_ARCHS  ?= 75 80 86 89 90
-NVCC_FLAGS := -std=c++17 -O3 -I. --expt-relaxed-constexpr \
-              $(foreach a,$(GPU_ARCHS),-gencode=arch=compute_$(a),code=sm_$(a))
+# Each part's folders and sources, and the flags every build shares: written once in
+# build_support/build_description.py (make build-description rewrites this file from it).
+include build_support/generated/build.mk
+# The tests keep their assertions: no -DNDEBUG.
+NVCC_FLAGS := $(NVCC_LANGUAGE_FLAGS) -O3 -I. $(GENCODE_FLAGS)
 
-# The core's own programs (tests, benchmarks): setup.py's language and FP-contraction flags.
-CORE_FLAGS := -std=c++17 -ffp-contract=off -I. -pthread
+# The core's own programs (tests, benchmarks): the library's language and FP-contraction flags.
+CORE_FLAGS := $(LANGUAGE_FLAGS) $(EXACT_FLAGS) -I. -pthread
 
 PY      := $(VENV)/bin/python
 # The stamp's name changes with the package list, so that existing environments get the new one.
@@ -54,7 +56,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
         tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync bench-sync-xla \
-        xla-ffi-test help clean
+        xla-ffi-test help clean build-description
 
 ### Everyday
 
@@ -90,7 +92,7 @@ help:
 	@awk '/^### / { printf "\n%s\n", substr($$0, 5); next } \
 	      /^## / { text = substr($$0, 4); next } \
 	      text != "" && /^[a-z0-9-]+:/ { name = $$0; sub(/:.*/, "", name); \
-	                                     printf "  %-16s %s\n", name, text } \
+	                                     printf "  %-18s %s\n", name, text } \
 	      { text = "" }' $(firstword $(MAKEFILE_LIST))
 
 # A platform root's /proc stays mounted if its run was killed: unmounted before deleting.
@@ -98,6 +100,10 @@ help:
 clean:
 	-for root in build/platform/*/; do umount -q "$${root}proc" 2>/dev/null; done; true
 	rm -rf build dist *.egg-info $(LIBRARY) tf_fbn_ops/_build_info.py
+
+## rewrite build_support/generated/ (Make's and Bazel's view) from build_description.py
+build-description:
+	$(PYTHON) -m build_support.build_description
 
 ### The CPU core (no TensorFlow)
 
@@ -109,12 +115,12 @@ core-test: $(CORE_TEST) $(CORE_STAGES_TEST)
 # The core needs no TensorFlow: plain g++.
 $(CORE_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_test.cc -o $@
 
 # Synchronized batch norm's two stages against one call and the reference (core_stages_test.cc).
 $(CORE_STAGES_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra cc/core/*.cc cc/tests/core_stages_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_stages_test.cc -o $@
 
 # The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
@@ -125,7 +131,7 @@ core-bench: $(CC_FILES) $(wildcard benchmarks/core_bench/*)
 	mkdir -p build
 	$(CXX) -O3 -march=native -fopenmp-simd -c benchmarks/core_bench/stream_loops.cc \
 	    -o build/core_bench_stream_loops.o
-	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG cc/core/*.cc benchmarks/core_bench/core_bench.cc \
+	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) $(CORE_SOURCES) benchmarks/core_bench/core_bench.cc \
 	    build/core_bench_stream_loops.o -o build/core_bench
 	./build/core_bench $(CORE_BENCH_ARGS)
 
@@ -140,7 +146,7 @@ arm64-core-test:
 $(GPU_TEST): $(CC_FILES)
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_grad_gpu.cu \
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc $(CORE_CUDA_SOURCES) \
 	    cc/tests/gpu_core_test.cu -o $@
 
 ## the CUDA core's test (nvcc; SKIP without a GPU, a failure with FBN_REQUIRE_GPU=1)
@@ -157,9 +163,8 @@ gpu-test-large: $(GPU_TEST)
 # program on emulated machines without a GPU or with an old driver (skip, or fail).
 $(GPU_EMU_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -Wno-unknown-pragmas \
-	    -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer \
-	    -Icc/tests/gpu_emulator -x c++ cc/core/bn_grad_gpu.cu cc/tests/gpu_core_test.cu \
+	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
+	    -Icc/tests/gpu_emulator -x c++ $(CORE_CUDA_SOURCES) cc/tests/gpu_core_test.cu \
 	    -x none cc/core/bn_grad_reference.cc cc/tests/gpu_emulator/emulator.cc -o $@
 
 ## the CUDA source and its test on the host emulator under ASan+UBSan (no GPU, no nvcc)
@@ -170,7 +175,7 @@ gpu-emu-test: $(GPU_EMU_TEST)
 $(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_gpu.cu benchmarks/gpu_bench.cu -o $@
+	$(NVCC) $(NVCC_FLAGS) $(CORE_CUDA_SOURCES) benchmarks/gpu_bench.cu -o $@
 
 ## the CUDA core timed against a device copy (nvcc and a GPU)
 gpu-bench: $(GPU_BENCH)
@@ -186,13 +191,13 @@ PEERS_ARGS ?=
 $(GPU_PEERS_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -DNDEBUG -shared -Xcompiler -fPIC,-fvisibility=hidden \
-	    cc/core/bn_grad_gpu.cu benchmarks/gpu_peers/core_capi.cu -o $@
+	$(NVCC) $(NVCC_FLAGS) -DNDEBUG -shared $(NVCC_SHARED_FLAGS) \
+	    $(CORE_CUDA_SOURCES) benchmarks/gpu_peers/core_capi.cu -o $@
 
 $(GPU_PEERS_EMU_CORE): $(CC_FILES) benchmarks/gpu_peers/core_capi.cu
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) -O1 -shared -fPIC -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
-	    -x c++ cc/core/bn_grad_gpu.cu benchmarks/gpu_peers/core_capi.cu \
+	    -x c++ $(CORE_CUDA_SOURCES) benchmarks/gpu_peers/core_capi.cu \
 	    -x none cc/tests/gpu_emulator/emulator.cc -o $@
 
 ## the CUDA core beside cuDNN, PyTorch and a copy on one GPU (PEERS_ARGS)
@@ -220,8 +225,7 @@ XLA_FFI_LIB     := build/libtf_fbn_ops_xla_ffi.so
 XLA_FFI_INCLUDE ?= build/xla_ffi_include
 XLA_FFI_CUDA    ?= 0
 XLA_FFI_HEADER  := $(XLA_FFI_INCLUDE)/xla/ffi/api/ffi.h
-XLA_FFI_SOURCES := $(filter-out %_reference.cc,$(wildcard cc/core/*.cc)) \
-                   $(filter-out %_gpu.cc,$(wildcard cc/xla_ffi/*.cc))
+XLA_FFI_LIB_SOURCES := $(CORE_SOURCES) $(XLA_FFI_SOURCES)
 XLA_FFI_GPU_OBJECT := build/xla_ffi_bn_grad_gpu.o
 
 ## the XLA FFI handlers as a library of their own, for JAX or any XLA
@@ -237,12 +241,11 @@ $(XLA_FFI_HEADER):
 $(XLA_FFI_GPU_OBJECT): $(CC_FILES)
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -DNDEBUG -Xcompiler -fPIC,-fvisibility=hidden -c cc/core/bn_grad_gpu.cu \
-	    -o $@
+	$(NVCC) $(NVCC_FLAGS) -DNDEBUG $(NVCC_SHARED_FLAGS) -c $(CORE_CUDA_SOURCES) -o $@
 
 $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECT))
-	$(CXX) $(CORE_FLAGS) -O3 -DNDEBUG -fPIC -fvisibility=hidden -shared -I$(XLA_FFI_INCLUDE) \
-	    $(XLA_FFI_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),$(wildcard cc/xla_ffi/*_gpu.cc) \
+	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) -fPIC -shared -I$(XLA_FFI_INCLUDE) \
+	    $(XLA_FFI_LIB_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_SOURCES) \
 	    $(XLA_FFI_GPU_OBJECT) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
 	    -ldl -lrt) -Wl,--no-undefined -o $@
 
@@ -253,26 +256,25 @@ $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$
 XLA_FFI_TEST     := build/xla_ffi_test
 XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
 XLA_FFI_SYNC_TEST := build/xla_ffi_sync_test
-XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
-                      -fno-sanitize-recover=all -fno-omit-frame-pointer -I$(XLA_FFI_INCLUDE)
+XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -I$(XLA_FFI_INCLUDE)
 
 $(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_SOURCES) cc/tests/xla_ffi_fake_api.cc \
+	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_LIB_SOURCES) cc/tests/xla_ffi_fake_api.cc \
 	    cc/tests/xla_ffi_test.cc -o $@
 
 $(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
 	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
-	    -x c++ cc/core/bn_grad_gpu.cu -x none $(wildcard cc/xla_ffi/*_gpu.cc) \
+	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) \
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
 # Synchronized batch norm's handlers, CPU and CUDA (emulated) in one program.
 $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator $(XLA_FFI_SOURCES) \
-	    -x c++ cc/core/bn_grad_gpu.cu -x none $(wildcard cc/xla_ffi/*_gpu.cc) \
+	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator $(XLA_FFI_LIB_SOURCES) \
+	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) \
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_sync_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
@@ -298,8 +300,8 @@ bench-sync-xla: lib
 
 # The C++ graph API (tf_fbn_ops/ops.h) against TensorFlow's classes, and the README's example,
 # each built with the flags `python -m tf_fbn_ops cc-flags` gives users.
-GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare -Wno-deprecated-declarations \
-                  -Wno-interference-size $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
+GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare $(QUIET_TF_HEADERS) \
+                  $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
                   $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
 
 $(GRAPH_API_TEST): cc/tests/graph_api_test.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
@@ -331,12 +333,10 @@ SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py \
 ## ASan+UBSan builds of the core tests and the op library, op tests under them
 sanitize: $(DEPS)
 	mkdir -p $(SANITIZE_DIR)
-	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
-	    -fno-sanitize-recover=all -fno-omit-frame-pointer cc/core/*.cc cc/tests/core_test.cc \
+	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) cc/tests/core_test.cc \
 	    -o $(SANITIZE_DIR)/core_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
-	$(CXX) $(CORE_FLAGS) -O1 -g1 -Wall -Wextra -fsanitize=address,undefined \
-	    -fno-sanitize-recover=all -fno-omit-frame-pointer cc/core/*.cc \
+	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) \
 	    cc/tests/core_stages_test.cc -o $(SANITIZE_DIR)/core_stages_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_stages_test
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \

@@ -20,7 +20,8 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
   TF_FBN_OPS_CUDA        0: CPU only; 1: a CUDA toolkit on the machine is required; unset: the
                          machine's toolkit, else the compiler from PyPI
   TF_FBN_OPS_CUDA_TOOLKIT  pypi (CUDA 13.0) or debian-12.4 (the wheels' CUDA 12.4, driver R525+)
-  TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default "75;80;86;89;90", plus PTX of the last)
+  TF_FBN_OPS_CUDA_ARCHS  SM versions to build for (default: build_description.CUDA_ARCHS, plus PTX
+                         of the last)
   TF_FBN_OPS_GLIBC_FLOOR oldest glibc the library must load on, e.g. 2.27 (an error if it cannot);
                          0: none; unset: the TensorFlow wheel's, where this system allows it
   TF_FBN_OPS_XLA         0: no XLA lowerings; 1: XLA required; unset: XLA when TensorFlow ships
@@ -51,7 +52,8 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # build_support/, beside this file
 
-from build_support import cuda_toolkit, glibc_floor, target_tensorflow, versioning  # noqa: E402
+from build_support import (build_description, cuda_toolkit, glibc_floor,  # noqa: E402
+                           target_tensorflow, versioning)
 PACKAGE = "tf_fbn_ops"
 LIBRARY = "_fbn_ops.so"
 VERSION = versioning.RELEASE
@@ -60,19 +62,12 @@ ISOLATED_BUILD_MESSAGE = (
     "be imported here (pip's build isolation hides it). Install TensorFlow first, then build "
     "with: pip install --no-build-isolation .")
 
-# The core has no TensorFlow dependency and compiles without TensorFlow's flags.
-CORE_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "core").glob("*.cc"))
-CUDA_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "core").glob("*.cu"))
-SHELL_SOURCES = sorted(
-    str(p.relative_to(ROOT))
-    for folder in ("ops", "kernels")
-    for p in (ROOT / "cc" / folder).glob("*.cc")
-)
-GPU_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_gpu.cc")]
-XLA_SHELL_SOURCES = [s for s in SHELL_SOURCES if s.endswith("_xla.cc")]
-# XLA FFI handlers: the core inside compiled XLA programs. They need XLA's FFI headers only.
-FFI_SOURCES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "cc" / "xla_ffi").glob("*.cc"))
-GPU_FFI_SOURCES = [s for s in FFI_SOURCES if s.endswith("_gpu.cc")]
+# Each part's sources, by folder (build_support/build_description.py).
+PART_SOURCES = {part: build_description.sources(part) for part in build_description.PARTS}
+CORE_SOURCES, CUDA_SOURCES = PART_SOURCES["core"], PART_SOURCES["core_cuda"]
+XLA_SHELL_SOURCES = PART_SOURCES["xla"]
+FFI_SOURCES = PART_SOURCES["xla_ffi"] + PART_SOURCES["xla_ffi_gpu"]
+CUDA_ONLY_SOURCES = [s for part in build_description.CUDA_PARTS for s in PART_SOURCES[part]]
 # The typed FFI API; TensorFlow's wheels ship it from 2.20 on (2.17-2.19 have only its C half).
 FFI_HEADER = "xla/ffi/api/ffi.h"
 # What the XLA lowerings need from TensorFlow: tf2xla's kernel API and XLA's builder (which has
@@ -83,26 +78,15 @@ XLA_BUILDER_HEADERS = ("xla/hlo/builder/xla_builder.h", "xla/client/xla_builder.
 XLA_LIBRARY = "libtensorflow_cc.so.2"
 # Folders of the include dir that tf2xla's headers reach through their own include paths.
 XLA_INCLUDE_SUBDIRS = ("external/highwayhash", "external/farmhash_archive/src")
-# No contraction of a*b+c into FMA: the core's CPU loops are compiled for several instruction
-# sets (cpu_loops.h) and must give the same bits in each.
-COMMON_FLAGS = ["-std=c++17", "-O3", "-fPIC", "-DNDEBUG", "-fvisibility=hidden",
-                "-ffp-contract=off", f"-I{ROOT}"]
-# TensorFlow's headers warn about their own deprecations; g++ 12 warns about Eigen's use of
-# hardware_destructive_interference_size. Neither is ours to fix.
-QUIET_TF_HEADERS = ["-Wno-deprecated-declarations", "-Wno-interference-size"]
-# Any report is fatal, so a sanitized test run that passes had none. UndefinedBehaviorSanitizer
-# instruments the core (all the arithmetic and indexing) only: g++ 12 rejects constexpr code in
-# the absl headers that TensorFlow's headers pull in when -fsanitize=undefined is on.
-# -O1 with line tables: enough for the reports' stack traces, and minutes faster to build than
-# -O3 (the instrumented CPU loops took GCC over six minutes per copy at -O3 -g).
-ASAN_FLAGS = ["-fsanitize=address", "-fno-omit-frame-pointer", "-O1", "-g1"]
-UBSAN_FLAGS = ["-fsanitize=undefined", "-fno-sanitize-recover=all"]
+COMMON_FLAGS = [*build_description.LANGUAGE_FLAGS, *build_description.RELEASE_FLAGS,
+                *build_description.EXACT_FLAGS, "-fPIC", f"-I{ROOT}"]
+QUIET_TF_HEADERS = build_description.QUIET_TF_HEADERS
 
 
 def sanitize_flags(core: bool = False) -> list[str]:
     if os.environ.get("TF_FBN_OPS_SANITIZE") != "1":
         return []
-    return ASAN_FLAGS + (UBSAN_FLAGS if core else [])
+    return build_description.ASAN_FLAGS + (build_description.UBSAN_FLAGS if core else [])
 
 
 def xla_support(include: Path, lib: Path, cxx: list[str],
@@ -271,19 +255,18 @@ class BuildTensorFlowOps(build_ext):
         obj_dir = Path(self.build_temp) / f"objects-{key}"
         obj_dir.mkdir(parents=True, exist_ok=True)
         headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
-        sources = [s for s in ext.sources if cuda or s not in CUDA_SOURCES + GPU_SHELL_SOURCES]
+        sources = [s for s in ext.sources if cuda or s not in CUDA_ONLY_SOURCES]
         sources = [s for s in sources if not no_xla_reason or s not in XLA_SHELL_SOURCES]
-        sources = [s for s in sources if s not in FFI_SOURCES
-                   or (not no_ffi_reason and (cuda or s not in GPU_FFI_SOURCES))]
+        sources = [s for s in sources if not no_ffi_reason or s not in FFI_SOURCES]
         # The XLA file takes several times longer than any other: start it first.
         sources.sort(key=lambda s: s not in XLA_SHELL_SOURCES)
 
         def compile_one(source: str) -> Path:
             obj = obj_dir / (source.replace("/", "_") + ".o")
             if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers
-                command = [str(cuda.nvcc), *cuda.extra_flags, "-std=c++17", "-O3", "-DNDEBUG",
-                           "-Xcompiler", "-fPIC,-fvisibility=hidden", "--expt-relaxed-constexpr",
-                           f"-I{ROOT}", *cuda.include_flags(), *cuda_toolkit.arch_flags()]
+                command = [str(cuda.nvcc), *cuda.extra_flags, *build_description.NVCC_FLAGS,
+                           *build_description.OPTIMIZE_FLAGS, *build_description.NVCC_SHARED_FLAGS, f"-I{ROOT}",
+                           *cuda.include_flags(), *cuda_toolkit.arch_flags()]
             elif source in CORE_SOURCES:
                 command = [*cxx, *COMMON_FLAGS, *sanitize_flags(core=True)]
             elif source in FFI_SOURCES:  # XLA's FFI headers, nothing else of TensorFlow
@@ -454,12 +437,12 @@ if __name__ == "__main__":  # setuptools runs this file as a script; tests impor
         **license_metadata(),
         extras_require=tensorflow_extras(),
         # The Keras 3 layer; the research benchmark harness stays in the repository
-        # (benchmarks/harness/), the package keeps the quick comparison (quick_bench.py).
-        packages=[PACKAGE, f"{PACKAGE}.keras"],
+        # (benchmarks/harness/), the package keeps the quick comparison (cli/quick_bench.py).
+        packages=[PACKAGE, f"{PACKAGE}.cli", f"{PACKAGE}.keras"],
         # The C++ graph API header (tf_fbn_ops.get_include()).
         package_data={PACKAGE: ["include/tf_fbn_ops/*.h"]},
         ext_modules=[Extension(f"{PACKAGE}._fbn_ops",
-                               sources=CORE_SOURCES + CUDA_SOURCES + SHELL_SOURCES + FFI_SOURCES)],
+                               sources=[s for part in PART_SOURCES.values() for s in part])],
         cmdclass={"build_ext": BuildTensorFlowOps},
         zip_safe=False,
     )

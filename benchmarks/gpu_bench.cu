@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/bn_grad_gpu.h"
+#include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/gpu_presence.h"
 
 namespace {

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from build_support import cuda_debian
+from build_support import build_description, cuda_debian
 
 # The CUDA 13.0 compiler as NVIDIA publishes it on PyPI: the same release as the toolkit these
 # packages assemble in /usr/local/cuda on the project's machines, so both builds compile alike.
@@ -34,9 +34,8 @@ PYPI_PACKAGES = {
 # Where the packages put the toolkit inside the install folder.
 PYPI_TOOLKIT_SUBDIR = Path("nvidia") / "cu13"
 # NVIDIA's oldest Linux driver per CUDA major version (minor-version compatibility): the driver
-# floor of a build. cc/kernels/driver_check_gpu.cc holds the same table for the load-time check.
+# floor of a build. cc/runtime/gpu/driver_check.cc holds the same table for the load-time check.
 MINIMUM_DRIVER = {11: "450.80.02", 12: "525.60.13", 13: "580.65.06"}
-DEFAULT_ARCHS = "75;80;86;89;90"
 
 
 @dataclass(frozen=True)
@@ -142,11 +141,10 @@ def pypi_toolkit(build_dir: Path) -> CudaToolkit:
 
 
 def arch_flags() -> list[str]:
-    """-gencode flags: SASS for each requested SM, PTX of the newest for future GPUs."""
-    archs = [a.strip() for a in os.environ.get("TF_FBN_OPS_CUDA_ARCHS", DEFAULT_ARCHS)
-             .replace(",", ";").split(";") if a.strip()]
-    flags = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    return flags + [f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}"]
+    """nvcc's code generation flags: SASS for each requested SM, PTX of the newest for future GPUs."""
+    requested = os.environ.get("TF_FBN_OPS_CUDA_ARCHS", "")
+    archs = [a.strip() for a in requested.replace(",", ";").split(";") if a.strip()]
+    return build_description.gencode_flags(archs or build_description.CUDA_ARCHS)
 
 
 def minimum_driver(cuda_version: str) -> str:

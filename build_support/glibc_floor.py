@@ -10,7 +10,7 @@ newest version at or below the floor, make the linker record those old versions 
 time the loader finds them in those libraries (old glibc) or in libc (new glibc, as compat
 symbols), matching by version name. Checked by loading such a library under glibc 2.31. The same idea as zig's or a sysroot's glibc stubs, for the few symbols we need.
 
-libstdc++ is handled by linker wrapping, not stubs: see cc/kernels/libstdcxx_floor.cc.
+libstdc++ is handled by linker wrapping, not stubs: see cc/runtime/libstdcxx_floor.cc.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ OLD_HOMES_BY_NAME = {
     "libanl.so.1": ("getaddrinfo_a",),
 }
 # g++ 12's headers reference these libstdc++ symbols, which are newer than manylinux_2_27
-# allows (GLIBCXX_3.4.24); the library defines them itself (cc/kernels/libstdcxx_floor.cc) and
+# allows (GLIBCXX_3.4.24); the library defines them itself (cc/runtime/libstdcxx_floor.cc) and
 # the linker sends every reference there.
 WRAPPED_LIBSTDCXX = ("_ZSt28__throw_bad_array_new_lengthv",
                      "_ZNSt7__cxx1118basic_stringstreamIcSt11char_traitsIcESaIcEEC1Ev")

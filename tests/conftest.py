@@ -28,6 +28,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # The research benchmark harness (benchmarks/harness/), which lives beside the package.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "benchmarks"))
+# build_support/ (the build description), last: a tf_fbn_ops found earlier (the sanitized build's,
+# an installed wheel's) stays the one imported.
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from build_support import build_description  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -36,9 +40,10 @@ def emulated_gpu_core(tmp_path_factory) -> Path:
     emulator: the "device" buffers it takes are host memory."""
     root = Path(__file__).resolve().parents[1]
     library = tmp_path_factory.mktemp("gpu_core") / "libfbn_core_emu.so"
-    subprocess.run(["g++", "-std=c++17", "-ffp-contract=off", f"-I{root}", "-O1", "-shared",
-                    "-fPIC", "-Wno-unknown-pragmas", f"-I{root / 'cc/tests/gpu_emulator'}",
-                    "-x", "c++", str(root / "cc/core/bn_grad_gpu.cu"),
+    subprocess.run(["g++", *build_description.LANGUAGE_FLAGS, *build_description.EXACT_FLAGS,
+                    f"-I{root}", "-O1", "-shared", "-fPIC", "-Wno-unknown-pragmas",
+                    f"-I{root / 'cc/tests/gpu_emulator'}",
+                    "-x", "c++", *(str(root / s) for s in build_description.sources("core_cuda")),
                     str(root / "benchmarks/gpu_peers/core_capi.cu"),
                     "-x", "none", str(root / "cc/tests/gpu_emulator/emulator.cc"),
                     "-o", str(library)], check=True)

@@ -16,7 +16,8 @@ import tensorflow as tf
 import tf_fbn_ops
 from devices import DEVICES
 from parity import assert_parity, sum_rtol
-from tf_fbn_ops import _loader, reference, self_check
+from tf_fbn_ops import _loader, reference
+from tf_fbn_ops.cli import self_check
 from xla_paths import assert_compiled_by, xla_path  # noqa: F401 - the fixture
 
 EPSILON = 1e-3

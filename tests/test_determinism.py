@@ -11,7 +11,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "determinism_w
 def _digest(threads: int, isa: str | None = None) -> str:
     env = dict(os.environ)
     if isa is not None:
-        env["TF_FBN_OPS_CPU_ISA"] = isa  # a narrower copy of the CPU loops (cc/core/cpu_loops.h)
+        env["TF_FBN_OPS_CPU_ISA"] = isa  # a narrower copy of the CPU loops (cc/core/cpu/cpu_loops.h)
     result = subprocess.run([sys.executable, WORKER, str(threads)], capture_output=True,
                             text=True, check=True, timeout=600, env=env)
     return result.stdout.strip().splitlines()[-1]

@@ -165,7 +165,7 @@ def test_cuda_compiler_comes_from_pypi_without_a_toolkit(tmp_path: Path, monkeyp
     subprocess.run([str(toolkit.nvcc), "-std=c++17", "-O1", "--expt-relaxed-constexpr",
                     f"-I{ROOT}", *toolkit.include_flags(),
                     "-gencode=arch=compute_90,code=sm_90", "-c",
-                    str(ROOT / "cc" / "core" / "bn_grad_gpu.cu"), "-o", str(obj)], check=True)
+                    str(ROOT / "cc" / "core" / "gpu" / "bn_grad_gpu.cu"), "-o", str(obj)], check=True)
     assert obj.stat().st_size > 0
     # Fetched once: a second build finds it in place.
     assert cuda_toolkit.find_toolkit(tmp_path) == toolkit

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 import tf_fbn_ops
-from tf_fbn_ops import _loader, self_check
+from tf_fbn_ops import _loader
+from tf_fbn_ops.cli import self_check
 
 
 def test_check_passes_on_this_machine_and_says_what_it_did_not_check() -> None:

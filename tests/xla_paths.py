@@ -1,4 +1,4 @@
-"""The two ways the shim's ops compile under XLA (cc/kernels/xla_grad_lowerings.h): custom calls
+"""The two ways the shim's ops compile under XLA (cc/xla/xla_grad_lowerings.h): custom calls
 of our FFI handlers, with the non-jit kernels' bits, and the HLO lowerings
 (TF_FBN_OPS_XLA_LOWERING=hlo). A test module that imports `xla_path` runs each test taking it
 once per path."""

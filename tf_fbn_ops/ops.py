@@ -9,7 +9,7 @@ Under XLA the ops compile to custom calls of the library's own kernels (TensorFl
 later), so XLA's auto-clustering (``tf.config.optimizer.set_jit``,
 ``TF_XLA_FLAGS=--tf_xla_auto_jit=...``) may put them in its clusters. Where they would compile to
 the HLO lowering instead, a graph pass of the library marks their nodes ``_XlaCompile=False`` and
-clustering leaves them to the kernels (cc/kernels/xla_auto_clustering_xla.cc).
+clustering leaves them to the kernels (cc/xla/xla_auto_clustering.cc).
 """
 
 from __future__ import annotations

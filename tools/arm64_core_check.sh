@@ -16,12 +16,18 @@ command -v qemu-aarch64-static >/dev/null || missing+=(qemu-user-static)
 if [[ ${#missing[@]} -gt 0 ]]; then
   apt-get install -y -q "${missing[@]}" >/dev/null
 fi
-flags=(-std=c++17 -ffp-contract=off -I. -pthread -O2 -Wall -Wextra)
+# The core's folders and flags, from the build description (build_support/generated/build.mk).
+described() { sed -n "s/^$1 := //p" build_support/generated/build.mk; }
+read -ra core_dirs <<<"$(described CORE_DIRS)"
+core=()
+for dir in "${core_dirs[@]}"; do core+=("$dir"/*.cc); done
+read -ra flags <<<"$(described LANGUAGE_FLAGS) $(described EXACT_FLAGS)"
+flags+=(-I. -pthread -O2 -Wall -Wextra)
 mkdir -p build/aarch64
 for program in core_test core_stages_test core_digest; do
-  aarch64-linux-gnu-g++ "${flags[@]}" cc/core/*.cc "cc/tests/$program.cc" -o "build/aarch64/$program"
+  aarch64-linux-gnu-g++ "${flags[@]}" "${core[@]}" "cc/tests/$program.cc" -o "build/aarch64/$program"
 done
-g++ "${flags[@]}" cc/core/*.cc cc/tests/core_digest.cc -o build/core_digest
+g++ "${flags[@]}" "${core[@]}" cc/tests/core_digest.cc -o build/core_digest
 run_arm64() { qemu-aarch64-static -L /usr/aarch64-linux-gnu "$@"; }
 run_arm64 build/aarch64/core_test | tail -1
 run_arm64 build/aarch64/core_stages_test | tail -1

@@ -1,7 +1,7 @@
 """Parity smoke test against the installed TensorFlow's tf.raw_ops (run by tools/tf_matrix.py
 in each version's environment, by tools/wheel_smoke.py on an installed wheel, and by Bazel's
 parity_smoke_test; needs only NumPy and TensorFlow): the self-check's CPU cases
-(tf_fbn_ops/self_check.py), that is all three ops, float32 and float16/bfloat16, NHWC and NCHW,
+(tf_fbn_ops/cli/self_check.py), that is all three ops, float32 and float16/bfloat16, NHWC and NCHW,
 training and inference. A case passes when the shim's error against a float64 oracle is at
 most TensorFlow's plus one unit of the output type, five runs give the same bits, and a graph
 whose y_backprop dies at the op (x_backprop may take over its buffer) gives the same bits.
@@ -24,7 +24,7 @@ if len(sys.argv) > 1:
 import tensorflow as tf  # noqa: E402
 
 import tf_fbn_ops  # noqa: E402
-from tf_fbn_ops import self_check  # noqa: E402
+from tf_fbn_ops.cli import self_check  # noqa: E402
 
 
 def has_xla_lowerings() -> bool:

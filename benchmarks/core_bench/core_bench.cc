@@ -24,8 +24,8 @@
 
 #include "benchmarks/core_bench/spin_pool.h"
 #include "cc/core/bn_grad.h"
-#include "cc/core/streaming_stores.h"
-#include "cc/core/cpu_loops.h"
+#include "cc/core/cpu/streaming_stores.h"
+#include "cc/core/cpu/cpu_loops.h"
 
 extern "C" float fbn_stream_dot(const float* x, const float* dy, int64_t begin, int64_t end);
 extern "C" void fbn_stream_axpby(const float* x, const float* dy, float* dx, int64_t begin,

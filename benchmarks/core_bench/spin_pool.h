@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/spin_wait.h"
+#include "cc/core/cpu/spin_wait.h"
 
 namespace fbn {
 namespace bench {
@@ -37,7 +37,7 @@ class SpinPool {
   }
 
   // The core's ParallelFor: units one at a time from a shared counter, as TensorFlow's adapter
-  // hands them out (cc/core/pool_parallel_for.h).
+  // hands them out (cc/core/cpu/pool_parallel_for.h).
   ParallelFor AsParallelFor() {
     return [this](int64_t count, int64_t, const RangeFn& fn) {
       if (threads_ == 1 || count == 1) return fn(0, count);

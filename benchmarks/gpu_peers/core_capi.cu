@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/bn_grad_gpu.h"
+#include "cc/core/gpu/bn_grad_gpu.h"
 
 namespace {
 

@@ -79,6 +79,22 @@ struct Params {
   }
 };
 
+// A channel's outputs, and training's x_backprop coefficients, from its two sums over `count`
+// elements: the one formula of the CPU and CUDA cores. x_backprop is then
+// scale · inv_std · ((dy − dy_mean) − (x − mean) · xc_coef), grouped as TensorFlow's expression.
+struct ChannelGradients {
+  float offset_backprop;
+  float scale_backprop;
+  double dy_mean;
+  double xc_coef;
+};
+
+FBN_HOST_DEVICE inline ChannelGradients GradientsFromSums(double sum_dy, double sum_dy_xc,
+                                                          double inv_std, double count) {
+  return {static_cast<float>(sum_dy), static_cast<float>(sum_dy_xc * inv_std), sum_dy / count,
+          inv_std * inv_std * (sum_dy_xc / count)};
+}
+
 // Buffers of one call. T is the element type of x, y_backprop and x_backprop; everything
 // per-channel is float (TensorFlow's U, and T for V1 where T is float). x_backprop may be
 // y_backprop's own buffer: every kernel reads an element of y_backprop before it writes that

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/cpu_loops.h"
+#include "cc/core/cpu/cpu_loops.h"
 #include "cc/tests/test_util.h"
 
 namespace fbn {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/streaming_stores.h"
-#include "cc/core/cpu_loops.h"
+#include "cc/core/cpu/streaming_stores.h"
+#include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/float16_convert.h"
-#include "cc/core/pool_parallel_for.h"
+#include "cc/core/cpu/pool_parallel_for.h"
 #include "cc/tests/delayed_pool.h"
 #include "cc/tests/test_util.h"
 
@@ -136,7 +136,7 @@ void TestConversions() {
 
 // Every compiled copy of the loops (portable, AVX2, AVX-512) gives the same bits, so results do
 // not depend on the CPU either: whole calls, on shapes that take every schedule and family
-// (cc/core/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
+// (cc/core/cpu/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
 // arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 constexpr int64_t kNeverStream = std::numeric_limits<int64_t>::max();

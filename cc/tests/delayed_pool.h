@@ -1,4 +1,4 @@
-// A thread pool for tests of cc/core/pool_parallel_for.h: each scheduled task starts a set
+// A thread pool for tests of cc/core/cpu/pool_parallel_for.h: each scheduled task starts a set
 // delay after it was scheduled, or is held until Release(), so that threads join a call late,
 // or only after the call has returned (the late tasks a real pool can produce).
 #ifndef TF_FBN_OPS_CC_TESTS_DELAYED_POOL_H_

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/cpu_loops.h"
+#include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/float16_convert.h"
 
 namespace fbn {

@@ -1,4 +1,4 @@
-// Tests of the CUDA FFI handler (FbnBatchNormGradCuda, cc/xla_ffi/bn_grad_ffi_gpu.cc) called as
+// Tests of the CUDA FFI handler (FbnBatchNormGradCuda, cc/xla_ffi/gpu/cuda_handlers.cc) called as
 // XLA calls it, through hand-built call frames and a fake XLA runtime (xla_ffi_fake_api.h),
 // with the CUDA kernels compiled against the host emulator (cc/tests/gpu_emulator): no GPU, no
 // nvcc, no XLA. Every dtype, 4-D and 5-D tensors in both layouts, training and inference, both
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/bn_grad_gpu.h"
+#include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/test_util.h"
 #include "cc/tests/xla_ffi_fake_api.h"
 #include "cc/tests/xla_ffi_grad_call.h"

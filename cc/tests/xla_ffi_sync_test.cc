@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
-#include "cc/core/bn_grad_gpu.h"
+#include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/test_util.h"
 #include "cc/tests/xla_ffi_fake_api.h"
 #include "cc/tests/xla_ffi_grad_call.h"

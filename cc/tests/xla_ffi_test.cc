@@ -1,4 +1,4 @@
-// Tests of the CPU FFI handler (FbnBatchNormGradHost, cc/xla_ffi/bn_grad_ffi_cpu.cc) called as
+// Tests of the CPU FFI handler (FbnBatchNormGradHost, cc/xla_ffi/cpu/host_handlers.cc) called as
 // XLA calls it, through hand-built call frames and a fake XLA runtime (xla_ffi_fake_api.h),
 // without XLA: every dtype, 4-D and 5-D tensors in both layouts, training and inference, both
 // reserve_space_2 contracts and empty tensors must give the bits of the core called directly

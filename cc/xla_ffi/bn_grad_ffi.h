@@ -1,7 +1,7 @@
 // XLA FFI custom-call targets for the batch-norm gradient: they run the numeric core (cc/core/)
 // inside compiled XLA programs. They need XLA's FFI headers (xla/ffi/api/) and nothing of
 // TensorFlow, so the same handlers register into TensorFlow's XLA (cc/kernels/
-// xla_ffi_targets_xla.cc) and, built as a standalone library, into JAX's.
+// xla_ffi_targets.cc) and, built as a standalone library, into JAX's.
 //
 // The call, on either platform:
 //   operands  y_backprop, x       T[x's dims], T in {f32, f16, bf16}, rank 4 or 5, row-major

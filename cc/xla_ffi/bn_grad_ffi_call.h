@@ -1,5 +1,6 @@
-// What the gradient's CPU and CUDA handlers share: checking a custom call against the contract
-// in bn_grad_ffi.h, turning it into the core's Params and Tensors, and choosing the element type.
+// The gradient's handler, written once for any platform (cpu/host_platform.h,
+// gpu/cuda_platform.h): the call of bn_grad_ffi.h bound, checked against the contract, turned
+// into the core's Params and Tensors for x's element type, and run on the platform.
 #ifndef TF_FBN_OPS_CC_XLA_FFI_BN_GRAD_FFI_CALL_H_
 #define TF_FBN_OPS_CC_XLA_FFI_BN_GRAD_FFI_CALL_H_
 
@@ -27,10 +28,11 @@ struct GradCall {
   bool saved_inv_std;
 };
 
-// The binding both handlers start from; each adds its context (thread pool or stream) first.
-template <typename Binding>
-auto BindGradCall(Binding binding) {
-  return std::move(binding)
+// The binding: the platform's context, then the call's operands, results and attributes.
+template <typename Platform>
+auto BindGradCall() {
+  return ffi::Ffi::Bind()
+      .template Ctx<Platform>()
       .template Arg<ffi::AnyBuffer>()             // y_backprop
       .template Arg<ffi::AnyBuffer>()             // x
       .template Arg<ChannelVector>()              // scale
@@ -85,6 +87,24 @@ template <typename Run>
 ffi::Error WithCoreTensors(const GradCall& call, Run&& run) {
   return WithCoreType(call.x.element_type(),
                       [&](auto type) { return run(CoreTensors<decltype(type)>(call)); });
+}
+
+template <typename Platform>
+ffi::Error GradHandler(Platform platform, ffi::AnyBuffer y_backprop, ffi::AnyBuffer x,
+                       ChannelVector scale, ChannelVector mean, ChannelVector variance,
+                       ffi::Result<ffi::AnyBuffer> x_backprop,
+                       ffi::Result<ChannelVector> scale_backprop,
+                       ffi::Result<ChannelVector> offset_backprop, float epsilon,
+                       bool is_training, bool channels_last, bool saved_inv_std) {
+  const GradCall call{y_backprop,      x,           scale,         mean,
+                      variance,        *x_backprop, *scale_backprop, *offset_backprop,
+                      epsilon,         is_training, channels_last, saved_inv_std};
+  Params params;
+  ffi::Error described = DescribeCall(call, &params);
+  if (described.failure()) return described;
+  return WithCoreTensors(call, [&](const auto& tensors) {
+    return platform.Run(params, tensors, "batch-norm gradient");
+  });
 }
 
 }  // namespace xla_ffi

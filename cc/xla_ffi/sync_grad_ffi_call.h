@@ -1,6 +1,6 @@
-// What synchronized batch norm's CPU and CUDA handlers share: the two calls of sync_grad_ffi.h
-// decoded, checked against the contract, and turned into the core's Params (one Stage each) and
-// Tensors.
+// Synchronized batch norm's two handlers, written once for any platform (cpu/host_platform.h,
+// gpu/cuda_platform.h): the calls of sync_grad_ffi.h bound, checked against the contract, turned
+// into the core's Params (one Stage each) and Tensors, and run on the platform.
 #ifndef TF_FBN_OPS_CC_XLA_FFI_SYNC_GRAD_FFI_CALL_H_
 #define TF_FBN_OPS_CC_XLA_FFI_SYNC_GRAD_FFI_CALL_H_
 
@@ -43,11 +43,11 @@ struct FromSumsCall {
   bool channels_last;
 };
 
-// The bindings each handler starts from, after its context (thread pool, or stream and
-// scratch).
-template <typename Binding>
-auto BindSumsCall(Binding binding) {
-  return std::move(binding)
+// The bindings: the platform's context, then the call's operands, results and attributes.
+template <typename Platform>
+auto BindSumsCall() {
+  return ffi::Ffi::Bind()
+      .template Ctx<Platform>()
       .template Arg<ffi::AnyBuffer>()  // y_backprop
       .template Arg<ffi::AnyBuffer>()  // x
       .template Arg<ChannelVector>()   // mean
@@ -56,9 +56,10 @@ auto BindSumsCall(Binding binding) {
       .template Attr<bool>("channels_last");
 }
 
-template <typename Binding>
-auto BindFromSumsCall(Binding binding) {
-  return std::move(binding)
+template <typename Platform>
+auto BindFromSumsCall() {
+  return ffi::Ffi::Bind()
+      .template Ctx<Platform>()
       .template Arg<ffi::AnyBuffer>()  // y_backprop
       .template Arg<ffi::AnyBuffer>()  // x
       .template Arg<ChannelVector>()   // scale
@@ -146,6 +147,44 @@ Tensors<T> FromSumsTensors(const FromSumsCall& call) {
   t.scale_backprop = call.scale_backprop.typed_data();
   t.offset_backprop = call.offset_backprop.typed_data();
   return t;
+}
+
+inline constexpr char kSyncWhat[] = "synchronized batch-norm gradient";
+
+template <typename Platform>
+ffi::Error SumsHandler(Platform platform, ffi::AnyBuffer y_backprop, ffi::AnyBuffer x,
+                       ChannelVector mean, ffi::Result<ChannelSums> sum_dy,
+                       ffi::Result<ChannelSums> sum_dy_xc, bool channels_last) {
+  const SumsCall call{y_backprop, x, mean, *sum_dy, *sum_dy_xc, channels_last};
+  Params params;
+  ffi::Error described = DescribeSumsCall(call, &params);
+  if (described.failure()) return described;
+  return WithCoreType(x.element_type(), [&](auto type) {
+    return platform.Run(params, SumsTensors<decltype(type)>(call), kSyncWhat);
+  });
+}
+
+template <typename Platform>
+ffi::Error FromSumsHandler(Platform platform, ffi::AnyBuffer y_backprop, ffi::AnyBuffer x,
+                           ChannelVector scale, ChannelVector mean, ChannelVector variance,
+                           ChannelSums sum_dy, ChannelSums sum_dy_xc, Count count,
+                           ffi::Result<ffi::AnyBuffer> x_backprop,
+                           ffi::Result<ChannelVector> scale_backprop,
+                           ffi::Result<ChannelVector> offset_backprop, float epsilon,
+                           bool channels_last) {
+  const FromSumsCall call{y_backprop, x,           scale,           mean,
+                          variance,   sum_dy,      sum_dy_xc,       count,
+                          *x_backprop, *scale_backprop, *offset_backprop, epsilon,
+                          channels_last};
+  Params params;
+  ffi::Error described = DescribeFromSumsCall(call, &params);
+  if (described.failure()) return described;
+  return WithCoreType(x.element_type(), [&](auto type) {
+    Tensors<decltype(type)> tensors = FromSumsTensors<decltype(type)>(call);
+    ffi::Error counted = platform.UseGlobalCount(count, &params, &tensors);
+    if (counted.failure()) return counted;
+    return platform.Run(params, tensors, kSyncWhat);
+  });
 }
 
 }  // namespace xla_ffi

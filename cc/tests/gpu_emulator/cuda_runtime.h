@@ -1,4 +1,4 @@
-// Host emulation of the slice of CUDA that the core's kernels (cc/core/bn_grad_gpu.cu) and the
+// Host emulation of the slice of CUDA that the core's kernels (cc/core/gpu/bn_grad_gpu.cu) and the
 // GPU test (cc/tests/gpu_core_test.cu) use, so that the same sources compile with g++ and run
 // on any machine, under AddressSanitizer and UndefinedBehaviorSanitizer (make gpu-emu-test).
 //

@@ -1,0 +1,37 @@
+// The AVX2 (Haswell, Zen and later) copy of the CPU loops.
+// Compiled with GCC's target pragma rather than per-file flags, so every build (setup.py, Bazel,
+// the Makefile's test programs) makes it the same way; cpu_loops.cc picks it only on CPUs that
+// have the instructions. Other compilers get no copy here (Loops() returns null) and use the
+// portable one.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "cc/core/cpu/cpu_loops.h"
+#include "cc/core/float16_convert.h"
+
+namespace fbn {
+namespace isa_avx2 {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC target("avx2,f16c")
+#define FBN_SIMD_AVX2 1
+#include "cc/core/cpu/cpu_loops_impl.h"
+#undef FBN_SIMD_AVX2
+#pragma GCC pop_options
+#else
+template <typename T>
+const CpuLoops<T>* Loops() {
+  return nullptr;
+}
+FBN_INSTANTIATE_LOOPS()
+#endif
+
+}  // namespace isa_avx2
+}  // namespace fbn

@@ -1,0 +1,814 @@
+// Bodies of the CPU loops declared in cpu_loops.h. No include guard on purpose: each
+// cpu_loops_<isa>.cc includes this file once, inside its own namespace and under its own
+// `#pragma GCC target`, to compile one copy per instruction set. Standard headers must be
+// included before it, outside the target region.
+
+#include "cc/core/cpu/cpu_simd.h"
+
+// ======== Fast family: float arithmetic in 16-lane vectors, sums moved to double after at
+// most kFastGroup terms per lane.
+
+// Vectors per register tile of the rows loops: the tile's float group sums, means and
+// coefficients stay in registers across a group of rows (as many as the copy's registers hold;
+// tiles only split the columns, so they do not change any result).
+#if defined(FBN_SIMD_AVX512)
+constexpr int kTileVectors = 8;
+#elif defined(FBN_SIMD_AVX2)
+constexpr int kTileVectors = 2;
+#else
+constexpr int kTileVectors = 1;
+#endif
+
+// What a sums loop does with x_backprop: nothing (training writes it in a second sweep), or
+// inference's dx = dy · scale_inv_std, stored normally or streamed (StoreStreaming).
+enum class Dx { kNone, kStore, kStream };
+
+template <Dx kDx, typename T>
+FBN_INLINE void StoreDx(T* p, const Floats& v, int n) {
+  if constexpr (kDx == Dx::kStream) {
+    StoreStreaming(p, v, n);
+  } else {
+    StoreUpTo(p, v, n);
+  }
+}
+
+// The terms of one vector of elements: dy, and dy · (x − mean).
+struct Terms {
+  Floats dy, dy_xc;
+};
+FBN_INLINE Terms operator+(const Terms& a, const Terms& b) {
+  return {a.dy + b.dy, a.dy_xc + b.dy_xc};
+}
+
+// term(0) + ... + term(7) as a tree of depth 3 (kFastGroup terms), the same in every copy.
+template <typename Term>
+FBN_INLINE Terms Tree(const Term& term) {
+  static_assert(kFastGroup == 8, "the tree adds kFastGroup terms");
+  return ((term(0) + term(1)) + (term(2) + term(3))) + ((term(4) + term(5)) + (term(6) + term(7)));
+}
+
+// Lanes of vector v in a tile of kVectors vectors whose last vector has `last` lanes.
+template <int kVectors, bool kWhole>
+FBN_INLINE int TileLanes(int v, int last) {
+  return kWhole || v < kVectors - 1 ? kLanes : last;
+}
+
+// Calls tile(column, last, vectors, false) with vectors == count as a compile-time constant.
+template <int kVectors, typename Tile>
+FBN_INLINE void CallWithVectors(int count, int64_t column, int last, const Tile& tile) {
+  if constexpr (kVectors > 1) {
+    if (count < kVectors) return CallWithVectors<kVectors - 1>(count, column, last, tile);
+  }
+  tile(column, last, std::integral_constant<int, kVectors>{}, std::false_type{});
+}
+
+// Calls tile(column, last, vectors, whole) for the register tiles across `width` columns: whole
+// tiles of kTileVectors vectors, then one of the remaining vectors, the last of them `last`
+// lanes wide. `vectors` and `whole` come as compile-time constants.
+template <typename Tile>
+FBN_INLINE void ForEachTile(int64_t width, const Tile& tile) {
+  constexpr int64_t kTileWidth = kTileVectors * kLanes;
+  int64_t j = 0;
+  for (; j + kTileWidth <= width; j += kTileWidth) {
+    tile(j, kLanes, std::integral_constant<int, kTileVectors>{}, std::true_type{});
+  }
+  const int rest = static_cast<int>(width - j);
+  if (rest == 0) return;
+  const int vectors = (rest + kLanes - 1) / kLanes;
+  CallWithVectors<kTileVectors>(vectors, j, rest - (vectors - 1) * kLanes, tile);
+}
+
+// One tile's means and, in inference, x_backprop factors, in registers.
+template <int kVectors, bool kWhole, Dx kDx>
+struct TileColumns {
+  Floats mean[kVectors], scale_inv_std[kVectors];
+
+  FBN_INLINE TileColumns(const float* m, const float* a, int last) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int n = TileLanes<kVectors, kWhole>(v, last);
+      mean[v] = LoadUpTo(m + v * kLanes, n);
+      if constexpr (kDx != Dx::kNone) scale_inv_std[v] = LoadUpTo(a + v * kLanes, n);
+    }
+  }
+};
+
+// Rows [0, rows) of one tile starting at element `at` of row 0, at most kFastGroup of them: the
+// terms added in float into the group sums, in registers; in inference also x_backprop.
+template <typename T, int kVectors, bool kWhole, Dx kDx>
+FBN_INLINE void SumGroupOfTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stride,
+                               int64_t rows, const TileColumns<kVectors, kWhole, kDx>& k,
+                               int last, Floats* group_dy, Floats* group_dy_xc) {
+  for (int64_t r = 0; r < rows; ++r, at += stride) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int n = TileLanes<kVectors, kWhole>(v, last);
+      Floats d = LoadUpTo(dy + at + v * kLanes, n);
+      Pin(d);
+      group_dy[v] += d;
+      group_dy_xc[v] += d * (LoadUpTo(x + at + v * kLanes, n) - k.mean[v]);
+      if constexpr (kDx != Dx::kNone) {
+        StoreDx<kDx>(dx + at + v * kLanes, d * k.scale_inv_std[v], n);
+      }
+    }
+  }
+}
+
+// Rows [0, rows) of one tile: the terms added in float, kFastGroup rows at a time, then into
+// the double totals, all in registers while the tile lasts; then the totals into the sums.
+template <typename T, int kVectors, bool kWhole, Dx kDx>
+FBN_INLINE void SumTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stride, int64_t rows,
+                        const float* mean, const float* scale_inv_std, int last, double* sum_dy,
+                        double* sum_dy_xc) {
+  const TileColumns<kVectors, kWhole, kDx> k(mean, scale_inv_std, last);
+  Doubles total_dy[kVectors] = {}, total_dy_xc[kVectors] = {};
+  for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup, at += kFastGroup * stride) {
+    Floats group_dy[kVectors] = {}, group_dy_xc[kVectors] = {};
+    SumGroupOfTile<T, kVectors, kWhole, kDx>(dy, x, dx, at, stride,
+                                             std::min(kFastGroup, rows - r0), k, last,
+                                             group_dy, group_dy_xc);
+    for (int v = 0; v < kVectors; ++v) {
+      Accumulate(&total_dy[v], group_dy[v]);
+      Accumulate(&total_dy_xc[v], group_dy_xc[v]);
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    const int n = TileLanes<kVectors, kWhole>(v, last);
+    AddDoublesTo(sum_dy + v * kLanes, total_dy[v], n);
+    AddDoublesTo(sum_dy_xc + v * kLanes, total_dy_xc[v], n);
+  }
+}
+
+// SumTile's terms, in its order, for rows wider than one tile but at most kMaxDownRowsWidth:
+// the rows a group at a time across every tile, so that memory is read in order (a tile at a
+// time down the rows reads in jumps of a row: 2.5 times as slow on an AVX2 machine, whose
+// tiles are 32 columns), the double totals waiting in L1 between groups.
+template <typename T, Dx kDx>
+void SumRowsByGroups(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                     int64_t width, const float* mean, const float* scale_inv_std,
+                     double* sum_dy, double* sum_dy_xc) {
+  alignas(64) double totals[2][kMaxDownRowsWidth] = {};
+  for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup) {
+    ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
+      constexpr int kVectors = decltype(vectors)::value;
+      constexpr bool kWhole = decltype(whole)::value;
+      const TileColumns<kVectors, kWhole, kDx> k(mean + j, kDx != Dx::kNone ? scale_inv_std + j
+                                                                            : nullptr, last);
+      Floats group_dy[kVectors] = {}, group_dy_xc[kVectors] = {};
+      SumGroupOfTile<T, kVectors, kWhole, kDx>(dy, x, dx, r0 * stride + j, stride,
+                                               std::min(kFastGroup, rows - r0), k, last,
+                                               group_dy, group_dy_xc);
+      for (int v = 0; v < kVectors; ++v) {
+        double* total[2] = {totals[0] + j + v * kLanes, totals[1] + j + v * kLanes};
+        Doubles t_dy = LoadDoubles(total[0]), t_dy_xc = LoadDoubles(total[1]);
+        Accumulate(&t_dy, group_dy[v]);
+        Accumulate(&t_dy_xc, group_dy_xc[v]);
+        StoreDoubles(total[0], t_dy);
+        StoreDoubles(total[1], t_dy_xc);
+      }
+    });
+  }
+  for (int64_t j = 0; j < width; j += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+    AddDoublesTo(sum_dy + j, LoadDoubles(totals[0] + j), n);
+    AddDoublesTo(sum_dy_xc + j, LoadDoubles(totals[1] + j), n);
+  }
+}
+
+// One position of SumRowsStriped: row i of every stripe, columns [j, j + n) from element `at`
+// on; stripe k is present only where kAll or k < stripes.
+template <typename T, Dx kDx, bool kAll>
+FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
+                                   int64_t stripe_stride, int stripes, int n, const float* mean,
+                                   const float* scale_inv_std, double* sum_dy,
+                                   double* sum_dy_xc) {
+  Floats m = LoadUpTo(mean, n);
+  Pin(m);
+  Floats a = kDx != Dx::kNone ? LoadUpTo(scale_inv_std, n) : Floats{};
+  Pin(a);
+  const Terms sum = Tree([&](int k) {
+    if (!kAll && k >= stripes) return Terms{};
+    const int64_t e = at + k * stripe_stride;
+    Floats d = LoadUpTo(dy + e, n);
+    Pin(d);
+    if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + e, d * a, n);
+    return Terms{d, d * (LoadUpTo(x + e, n) - m)};
+  });
+  AddTo(sum_dy, sum.dy, n);
+  AddTo(sum_dy_xc, sum.dy_xc, n);
+}
+
+// Rows wider than kMaxDownRowsWidth: the rows split into kFastGroup stripes walked side by side,
+// so that memory is read as kFastGroup long sequential streams; a column's terms from the
+// stripes are added as a tree in registers (depth 3: within the fast family's error bound),
+// then into its double sums. The last stripe may be shorter.
+template <typename T, Dx kDx>
+void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                    const float* mean, const float* scale_inv_std, double* sum_dy,
+                    double* sum_dy_xc) {
+  const int64_t stripe = (rows + kFastGroup - 1) / kFastGroup;
+  const int64_t full = rows - (kFastGroup - 1) * stripe;  // rows where every stripe has one
+  for (int64_t i = 0; i < stripe; ++i) {
+    const int stripes =
+        static_cast<int>(std::min<int64_t>(kFastGroup, (rows - i + stripe - 1) / stripe));
+    for (int64_t j = 0; j < width; j += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+      const float* a = kDx != Dx::kNone ? scale_inv_std + j : nullptr;
+      if (i < full) {
+        SumStripedPosition<T, kDx, true>(dy, x, dx, i * stride + j, stripe * stride, stripes, n,
+                                         mean + j, a, sum_dy + j, sum_dy_xc + j);
+      } else {
+        SumStripedPosition<T, kDx, false>(dy, x, dx, i * stride + j, stripe * stride, stripes,
+                                          n, mean + j, a, sum_dy + j, sum_dy_xc + j);
+      }
+    }
+  }
+}
+
+// Rows of at most kMaxDownRowsWidth columns add each column's terms down the rows, in groups of
+// kFastGroup: in one register tile where the row fits one (with AVX-512 every such row), else
+// a group of rows at a time across the tiles, which adds the same terms in the same order.
+// Wider rows go in stripes (a tile going down the rows would read memory in jumps of a row,
+// which the hardware prefetchers follow badly). The choice between columns and stripes depends
+// on the width only, never on the copy, since the two add the terms in different orders.
+template <typename T, Dx kDx>
+void SumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                 const float* mean, const float* scale_inv_std, double* sum_dy,
+                 double* sum_dy_xc) {
+  if (width > kMaxDownRowsWidth) {
+    return SumRowsStriped<T, kDx>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+                                         sum_dy, sum_dy_xc);
+  }
+  if (width > kTileVectors * kLanes) {
+    return SumRowsByGroups<T, kDx>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy,
+                                   sum_dy_xc);
+  }
+  ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
+    SumTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
+        dy, x, dx, j, stride, rows, mean + j, kDx != Dx::kNone ? scale_inv_std + j : nullptr, last,
+        sum_dy + j, sum_dy_xc + j);
+  });
+}
+
+template <typename T>
+void SumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+             const float* mean, double* sum_dy, double* sum_dy_xc) {
+  SumRowsImpl<T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy,
+                            sum_dy_xc);
+}
+
+template <typename T>
+void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                      int64_t width, const float* mean, const float* scale_inv_std,
+                      double* sum_dy, double* sum_dy_xc, bool stream_dx) {
+  if (!stream_dx) {
+    return SumRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
+                                      sum_dy, sum_dy_xc);
+  }
+  SumRowsImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, mean, scale_inv_std, sum_dy,
+                              sum_dy_xc);
+  FenceStreamingStores();
+}
+
+// A channel's (or column vector's) training coefficients in vectors.
+struct DxVectors {
+  Floats mean, scale_inv_std, dy_mean, xc_coef;
+};
+
+// TensorFlow's grouping of the training x_backprop.
+FBN_INLINE Floats TrainingDx(const Floats& dy, const Floats& x, const DxVectors& k) {
+  return k.scale_inv_std * ((dy - k.dy_mean) - (x - k.mean) * k.xc_coef);
+}
+
+// x_backprop of at most kFastGroup rows of one tile, its coefficients in registers.
+template <typename T, int kVectors, bool kWhole, Dx kDx>
+FBN_INLINE void TrainingDxTile(const T* dy, const T* x, T* dx, int64_t at, int64_t stride,
+                               int64_t rows, const DxCoefficients<float>& k, int64_t column,
+                               int last) {
+  DxVectors kv[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    const int n = TileLanes<kVectors, kWhole>(v, last);
+    const int64_t j = column + v * kLanes;
+    kv[v] = {LoadUpTo(k.mean + j, n), LoadUpTo(k.scale_inv_std + j, n),
+             LoadUpTo(k.dy_mean + j, n), LoadUpTo(k.xc_coef + j, n)};
+  }
+  for (int64_t r = 0; r < rows; ++r, at += stride) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int n = TileLanes<kVectors, kWhole>(v, last);
+      const int64_t e = at + v * kLanes;
+      StoreDx<kDx>(dx + e, TrainingDx(LoadUpTo(dy + e, n), LoadUpTo(x + e, n), kv[v]), n);
+    }
+  }
+}
+
+template <typename T, Dx kDx>
+void TrainingDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                        int64_t width, const DxCoefficients<float>& k) {
+  if (width <= kTileVectors * kLanes) {  // one tile: its coefficients stay in registers
+    for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup) {
+      const int64_t n = std::min(kFastGroup, rows - r0);
+      ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
+        TrainingDxTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
+            dy, x, dx, r0 * stride + j, stride, n, k, j, last);
+      });
+    }
+    return;
+  }
+  // Wider rows in row order (see SumRowsImpl), the coefficients from the cache.
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t row = r * stride;
+    for (int64_t j = 0; j < width; j += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+      const DxVectors kj{LoadUpTo(k.mean + j, n), LoadUpTo(k.scale_inv_std + j, n),
+                         LoadUpTo(k.dy_mean + j, n), LoadUpTo(k.xc_coef + j, n)};
+      StoreDx<kDx>(dx + row + j,
+                   TrainingDx(LoadUpTo(dy + row + j, n), LoadUpTo(x + row + j, n), kj), n);
+    }
+  }
+}
+
+template <typename T>
+void TrainingDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                    const DxCoefficients<float>& k, bool stream_dx) {
+  if (!stream_dx) return TrainingDxRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, k);
+  TrainingDxRowsImpl<T, Dx::kStream>(dy, x, dx, stride, rows, width, k);
+  FenceStreamingStores();
+}
+
+// The mean to subtract in a run's vector of n elements (V: Floats or Doubles): its missing
+// lanes must give zero terms, and 0 · (0 − mean) is a NaN where the mean is not finite; then
+// the mean goes in the first n lanes only (rare: a finite mean, the usual case, is used as it
+// is).
+template <typename V, typename E>
+FBN_INLINE V MeanForLanes(const V& m, E mean, int n) {
+  if (n == kLanes || mean - mean == E{0}) return m;
+  E staged[kLanes] = {};
+  std::fill(staged, staged + n, mean);
+  if constexpr (std::is_same_v<E, float>) {
+    return Load(staged);
+  } else {
+    return LoadDoubles(staged);
+  }
+}
+
+// Along a run: groups of kFastGroup vectors, element i of the run in lane i % kLanes, each
+// group's float lane sums added into double lanes (registers), which are added together in a
+// fixed order at the end of the run (ReduceLanes) and then into the channel's sums.
+template <typename T, Dx kDx>
+FBN_INLINE void SumRun(const T* dy, const T* x, T* dx, int64_t length, float mean,
+                       float scale_inv_std, double* sum_dy, double* sum_dy_xc) {
+  const Floats m = Broadcast(mean);
+  const Floats a = Broadcast(scale_inv_std);
+  Doubles lanes_dy = {};
+  Doubles lanes_dy_xc = {};
+  for (int64_t i = 0; i < length;) {
+    const int64_t end = std::min(length, i + kFastGroup * kLanes);
+    Floats group_dy = {};
+    Floats group_dy_xc = {};
+    for (; i < end; i += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, end - i));
+      Floats d = LoadUpTo(dy + i, n);
+      Pin(d);
+      group_dy += d;
+      group_dy_xc += d * (LoadUpTo(x + i, n) - MeanForLanes(m, mean, n));
+      if constexpr (kDx != Dx::kNone) StoreDx<kDx>(dx + i, d * a, n);
+    }
+    Accumulate(&lanes_dy, group_dy);
+    Accumulate(&lanes_dy_xc, group_dy_xc);
+  }
+  *sum_dy += ReduceLanes(lanes_dy);
+  *sum_dy_xc += ReduceLanes(lanes_dy_xc);
+}
+
+// kRuns (at most kFastGroup) runs of one channel side by side, run k starting at element
+// k * run_stride: at each vector position the runs' terms are added as a tree in registers
+// (depth 3: within the fast family's error bound), the trees into double lanes, and the lanes
+// at the end into the channel's sums (ReduceLanes). Memory is read as one stream per run.
+template <typename T, int kRuns>
+FBN_INLINE void SumRunStripes(const T* dy, const T* x, int64_t length, int64_t run_stride,
+                              float mean, double* sum_dy, double* sum_dy_xc) {
+  const Floats m = Broadcast(mean);
+  Doubles lanes_dy = {};
+  Doubles lanes_dy_xc = {};
+  for (int64_t i = 0; i < length; i += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+    const Terms sum = Tree([&](int k) {
+      if (k >= kRuns) return Terms{};
+      const int64_t at = k * run_stride + i;
+      Floats d = LoadUpTo(dy + at, n);
+      Pin(d);
+      return Terms{d, d * (LoadUpTo(x + at, n) - MeanForLanes(m, mean, n))};
+    });
+    Accumulate(&lanes_dy, sum.dy);
+    Accumulate(&lanes_dy_xc, sum.dy_xc);
+  }
+  *sum_dy += ReduceLanes(lanes_dy);
+  *sum_dy_xc += ReduceLanes(lanes_dy_xc);
+}
+
+// SumRunStripes<T, kRuns> with kRuns == runs, a compile-time constant.
+template <typename T, int kRuns = kFastGroup>
+FBN_INLINE void SumRunStripesOf(int runs, const T* dy, const T* x, int64_t length,
+                                int64_t run_stride, float mean, double* sum_dy,
+                                double* sum_dy_xc) {
+  if constexpr (kRuns > 2) {
+    if (runs < kRuns) {
+      return SumRunStripesOf<T, kRuns - 1>(runs, dy, x, length, run_stride, mean, sum_dy,
+                                           sum_dy_xc);
+    }
+  }
+  SumRunStripes<T, kRuns>(dy, x, length, run_stride, mean, sum_dy, sum_dy_xc);
+}
+
+template <typename T>
+void SumRuns(const T* dy, const T* x, int64_t length, int64_t channels, int64_t runs,
+             int64_t run_stride, const float* mean, double* sum_dy, double* sum_dy_xc) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const int64_t at = c * length;
+    if (runs == 1) {
+      SumRun<T, Dx::kNone>(dy + at, x + at, nullptr, length, mean[c], 0.0f, &sum_dy[c],
+                           &sum_dy_xc[c]);
+    } else {
+      SumRunStripesOf<T>(static_cast<int>(runs), dy + at, x + at, length, run_stride, mean[c],
+                         &sum_dy[c], &sum_dy_xc[c]);
+    }
+  }
+}
+
+template <typename T, Dx kDx>
+void SumRunsWithDx(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
+                   const float* mean, const float* scale_inv_std, double* sum_dy,
+                   double* sum_dy_xc) {
+  for (int64_t c = 0; c < channels; ++c) {
+    const int64_t at = c * length;
+    SumRun<T, kDx>(dy + at, x + at, dx + at, length, mean[c], scale_inv_std[c], &sum_dy[c],
+                   &sum_dy_xc[c]);
+  }
+}
+
+template <typename T>
+void SumRunsInference(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
+                      const float* mean, const float* scale_inv_std, double* sum_dy,
+                      double* sum_dy_xc, bool stream_dx) {
+  if (!stream_dx) {
+    return SumRunsWithDx<T, Dx::kStore>(dy, x, dx, length, channels, mean, scale_inv_std,
+                                        sum_dy, sum_dy_xc);
+  }
+  SumRunsWithDx<T, Dx::kStream>(dy, x, dx, length, channels, mean, scale_inv_std, sum_dy,
+                                sum_dy_xc);
+  FenceStreamingStores();
+}
+
+template <typename T, Dx kDx>
+void TrainingDxRunsImpl(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                        const DxCoefficients<float>& k) {
+  for (int64_t r = 0; r < count; ++r) {
+    const DxVectors kv{Broadcast(k.mean[r]), Broadcast(k.scale_inv_std[r]),
+                       Broadcast(k.dy_mean[r]), Broadcast(k.xc_coef[r])};
+    const int64_t at = r * length;
+    for (int64_t i = 0; i < length; i += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+      StoreDx<kDx>(dx + at + i, TrainingDx(LoadUpTo(dy + at + i, n), LoadUpTo(x + at + i, n), kv),
+                   n);
+    }
+  }
+}
+
+template <typename T>
+void TrainingDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t count,
+                    const DxCoefficients<float>& k, bool stream_dx) {
+  if (!stream_dx) return TrainingDxRunsImpl<T, Dx::kStore>(dy, x, dx, length, count, k);
+  TrainingDxRunsImpl<T, Dx::kStream>(dy, x, dx, length, count, k);
+  FenceStreamingStores();
+}
+
+// ======== Exact family: plain loops in double (the compiler vectorizes them; without
+// reassociation every copy computes the same thing), compensated sums.
+
+// sum + v with its rounding error (Knuth's TwoSum) added to *error. Once the sum is infinite or
+// NaN the error term is left alone, so special values propagate through the sum as in a plain one.
+FBN_INLINE void AddCompensated(double* sum, double* error, double v) {
+  const double t = *sum + v;
+  const double z = t - *sum;
+  const double e = (*sum - (t - z)) + (v - z);
+  *error += t - t == 0.0 ? e : 0.0;
+  *sum = t;
+}
+
+// Compensated addition of 16 lanes at once: *sum += v, rounding errors into *error (as
+// AddCompensated, lane by lane).
+FBN_INLINE void AddCompensated(Doubles* sum, Doubles* error, const Doubles& v) {
+  const Doubles t = *sum + v;
+  const Doubles z = t - *sum;
+  const Doubles e = (*sum - (t - z)) + (v - z);
+  const Doubles finite = t - t;  // 0 where t is finite, NaN elsewhere
+  for (int i = 0; i < kDoubleParts; ++i) {
+    error->part[i] += finite.part[i] == 0.0 ? e.part[i] : DoublePart{};
+  }
+  *sum = t;
+}
+
+// Adds 16 compensated lanes as a tree, lane i + 8 into lane i, then i + 4, i + 2, i + 1, each
+// addition's rounding error kept (TwoSum), and the result into *total.
+FBN_INLINE void AddLanesInto(const Doubles& sum, const Doubles& error, CompensatedSum* total) {
+  DoublePart s[kDoubleParts], e[kDoubleParts];
+  for (int i = 0; i < kDoubleParts; ++i) {
+    s[i] = sum.part[i];
+    e[i] = error.part[i];
+  }
+  for (int parts = kDoubleParts / 2; parts >= 1; parts /= 2) {
+    for (int i = 0; i < parts; ++i) {
+      const DoublePart a = s[i], b = s[i + parts];
+      const DoublePart t = a + b;
+      const DoublePart z = t - a;
+      const DoublePart rounding = (a - (t - z)) + (b - z);
+      e[i] += e[i + parts] + (t - t == 0.0 ? rounding : DoublePart{});
+      s[i] = t;
+    }
+  }
+  double ls[kDoublePartLanes], le[kDoublePartLanes];
+  StoreBytes(ls, s[0]);
+  StoreBytes(le, e[0]);
+  for (int width = kDoublePartLanes / 2; width >= 1; width /= 2) {
+    for (int i = 0; i < width; ++i) {
+      const double a = ls[i], b = ls[i + width];
+      const double t = a + b;
+      const double z = t - a;
+      le[i] += le[i + width] + (t - t == 0.0 ? (a - (t - z)) + (b - z) : 0.0);
+      ls[i] = t;
+    }
+  }
+  total->Add(ls[0]);
+  total->error += le[0];
+}
+
+// AddCompensated without its special-value mask: once the sum or a term is infinite or NaN the
+// error term becomes NaN where AddCompensated's would have stopped changing. The sum itself is
+// the same, and non-finite from then on (in double, sums of float data never overflow), so a
+// caller that zeroes the error of every non-finite sum (KeepSpecialSums) gets AddCompensated's
+// Value() exactly: a finite error added to an infinite or NaN sum changes nothing. Three fewer
+// operations per addition, on the exact family's hottest line.
+FBN_INLINE void AddCompensatedFinite(Doubles* sum, Doubles* error, const Doubles& v) {
+  const Doubles t = *sum + v;
+  const Doubles z = t - *sum;
+  *error = *error + ((*sum - (t - z)) + (v - z));
+  *sum = t;
+}
+
+// Zeroes the error term of every non-finite sum (see AddCompensatedFinite).
+FBN_INLINE void KeepSpecialSums(const Doubles& sum, Doubles* error) {
+  for (int i = 0; i < kDoubleParts; ++i) {
+    const DoublePart finite = sum.part[i] - sum.part[i];  // 0 where finite, NaN elsewhere
+    error->part[i] = finite == 0.0 ? error->part[i] : DoublePart{};
+  }
+}
+
+// |v| lane by lane: the sign bit cleared (the same bits in every copy, NaN and -0 included).
+FBN_INLINE Doubles Abs(const Doubles& v) {
+  typedef int64_t Bits __attribute__((vector_size(sizeof(DoublePart))));
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) {
+    r.part[i] = reinterpret_cast<DoublePart>(reinterpret_cast<Bits>(v.part[i]) &
+                                             INT64_MAX);
+  }
+  return r;
+}
+
+// How the exact family adds its terms into a pair of accumulators per lane or column:
+//   Compensated  the sum and its running rounding error (AddCompensatedFinite); the caller
+//                zeroes the error of non-finite sums (Finish).
+//   Bounded      the plain sum and Σ|term|, from which the caller bounds the plain sum's error
+//                (cpu_loops.h, BoundedSumStands); the sum's bits are those of the compensated
+//                sum's first accumulator. Four operations per term fewer.
+// Reduce adds a pair of 16-lane accumulators into one Sum, the lanes as a tree (lane i + 8
+// into i, then i + 4, i + 2, i + 1).
+struct Compensated {
+  using Sum = CompensatedSum;
+  static FBN_INLINE void Add(Doubles* sum, Doubles* error, const Doubles& v) {
+    AddCompensatedFinite(sum, error, v);
+  }
+  static FBN_INLINE void Finish(const Doubles& sum, Doubles* error) {
+    KeepSpecialSums(sum, error);
+  }
+  static FBN_INLINE void Reduce(const Doubles& sum, const Doubles& error, Sum* total) {
+    AddLanesInto(sum, error, total);
+  }
+};
+struct Bounded {
+  using Sum = BoundedSum;
+  static FBN_INLINE void Add(Doubles* sum, Doubles* abs_sum, const Doubles& v) {
+    *sum = *sum + v;
+    *abs_sum = *abs_sum + Abs(v);
+  }
+  static FBN_INLINE void Finish(const Doubles&, Doubles*) {}
+  // ReduceLanes's order is AddLanesInto's, and the sum is added to 0.0 as AddLanesInto adds it
+  // to a fresh CompensatedSum (a sum of -0 becomes +0): the compensated sum's first accumulator.
+  static FBN_INLINE void Reduce(const Doubles& sum, const Doubles& abs_sum, Sum* total) {
+    *total = {0.0 + ReduceLanes(sum), ReduceLanes(abs_sum)};
+  }
+};
+
+// Runs of up to kExactRunChannels consecutive channels, image by image (memory order; a
+// channel's own runs lie a whole image apart), each channel's lanes kept in L1 between its
+// runs. Every channel's lanes see its elements in the order of summing channel by channel, run
+// after run, so the bits are those of that order. Each channel's lanes are then reduced into
+// sums_dy[c] and sums_dy_xc[c].
+template <typename Policy, typename T>
+void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, int64_t channels,
+                  int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
+                  typename Policy::Sum* sums_dy_xc) {
+  struct Lanes {
+    Doubles sum_dy, aux_dy, sum_dy_xc, aux_dy_xc;
+  };
+  Lanes lanes[kExactRunChannels] = {};
+  for (int64_t k = 0; k < count; ++k) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const T* d_run = dy + c * length + k * stride;
+      const T* x_run = x + c * length + k * stride;
+      const Doubles m = BroadcastDoubles(mean[c]);
+      Lanes l = lanes[c];
+      int64_t i = 0;
+      if constexpr (std::is_same_v<T, float>) {
+        for (; i + kLanes <= length; i += kLanes) {
+          const Doubles d = LoadAsDoubles(d_run + i);
+          Policy::Add(&l.sum_dy, &l.aux_dy, d);
+          Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (LoadAsDoubles(x_run + i) - m));
+        }
+      }
+      for (; i < length; i += kLanes) {
+        // Missing lanes of the last vector are zeros (MeanForLanes): they change no sum.
+        const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+        const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
+        Policy::Add(&l.sum_dy, &l.aux_dy, d);
+        Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc,
+                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - MeanForLanes(m, mean[c], n)));
+      }
+      lanes[c] = l;
+    }
+  }
+  for (int64_t c = 0; c < channels; ++c) {
+    Lanes& l = lanes[c];
+    Policy::Finish(l.sum_dy, &l.aux_dy);
+    Policy::Finish(l.sum_dy_xc, &l.aux_dy_xc);
+    Policy::Reduce(l.sum_dy, l.aux_dy, &sums_dy[c]);
+    Policy::Reduce(l.sum_dy_xc, l.aux_dy_xc, &sums_dy_xc[c]);
+  }
+}
+
+// Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
+// accumulators at `s` + j, which stay in registers across the rows.
+// With a (float inference only) also x_backprop = dy · a, in double, rounded once.
+template <typename Policy, typename T, bool kWhole>
+FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
+                                   int64_t r1, int64_t j, int n, const Doubles& m,
+                                   const Doubles* a, const ExactColumns& s) {
+  Doubles sum_dy = LoadDoubles(s.dy + j), aux_dy = LoadDoubles(s.dy_aux + j);
+  Doubles sum_dy_xc = LoadDoubles(s.dy_xc + j);
+  Doubles aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t at = r * stride + j;
+    Doubles d, v;
+    if constexpr (kWhole && std::is_same_v<T, float>) {
+      d = LoadAsDoubles(dy + at);
+      v = LoadAsDoubles(x + at);
+    } else {
+      d = ToDoubles(kWhole ? Load(dy + at) : LoadUpTo(dy + at, n));
+      v = ToDoubles(kWhole ? Load(x + at) : LoadUpTo(x + at, n));
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      if (a != nullptr) StoreUpTo(dx + at, ToFloats(d * *a), kWhole ? kLanes : n);
+    }
+    Policy::Add(&sum_dy, &aux_dy, d);
+    Policy::Add(&sum_dy_xc, &aux_dy_xc, d * (v - m));
+  }
+  StoreDoubles(s.dy + j, sum_dy);
+  StoreDoubles(s.dy_aux + j, aux_dy);
+  StoreDoubles(s.dy_xc + j, sum_dy_xc);
+  StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
+}
+
+// Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, which
+// the caller zeroes and sizes to whole vectors (RoundUp(width, kLanes) entries). Each column
+// adds its rows in order, as a column walked down the rows would (the bits are those of
+// adding down the column), but memory is read a few rows at a time, each row's piece
+// contiguous: walking a column down a row-major tensor read a line per row and page, and left
+// most of the call waiting on memory.
+constexpr int64_t kExactRowGroup = 4;
+
+// Float inference also writes x_backprop (dx, scale_inv_std not null) as it sums: the element
+// is in registers, in double, already.
+template <typename Policy, typename T>
+void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                      int64_t width, const double* mean, const double* scale_inv_std,
+                      const ExactColumns& s) {
+  for (int64_t r0 = 0; r0 < rows; r0 += kExactRowGroup) {
+    const int64_t r1 = std::min(rows, r0 + kExactRowGroup);
+    int64_t j = 0;
+    for (; j + kLanes <= width; j += kLanes) {
+      Doubles a;
+      if (scale_inv_std != nullptr) a = LoadDoubles(scale_inv_std + j);
+      ExactSumRowsVector<Policy, T, true>(dy, x, dx, stride, r0, r1, j, kLanes,
+                                          LoadDoubles(mean + j),
+                                          scale_inv_std != nullptr ? &a : nullptr, s);
+    }
+    if (j < width) {
+      // Missing lanes of the last vector are zeros, which change no sum.
+      const int n = static_cast<int>(width - j);
+      double staged_mean[kLanes] = {}, staged_a[kLanes] = {};
+      std::memcpy(staged_mean, mean + j, n * sizeof(double));
+      if (scale_inv_std != nullptr) std::memcpy(staged_a, scale_inv_std + j, n * sizeof(double));
+      const Doubles a = LoadDoubles(staged_a);
+      ExactSumRowsVector<Policy, T, false>(dy, x, dx, stride, r0, r1, j, n,
+                                           LoadDoubles(staged_mean),
+                                           scale_inv_std != nullptr ? &a : nullptr, s);
+    }
+  }
+  for (int64_t j = 0; j < width; j += kLanes) {  // the arrays hold whole vectors
+    Doubles aux_dy = LoadDoubles(s.dy_aux + j), aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
+    Policy::Finish(LoadDoubles(s.dy + j), &aux_dy);
+    Policy::Finish(LoadDoubles(s.dy_xc + j), &aux_dy_xc);
+    StoreDoubles(s.dy_aux + j, aux_dy);
+    StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
+  }
+}
+
+template <typename Policy, typename T>
+void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
+                  const double* mean, const ExactColumns& s) {
+  ExactSumRowsImpl<Policy, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+}
+
+// Columns kExactColumnChunk at a time, all rows of each chunk: the chunk's four double
+// coefficients (16 KiB) stay in L1 rather than streaming a whole row's from L2 for every row.
+constexpr int64_t kExactColumnChunk = 512;
+
+template <typename T>
+void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
+                 const DxCoefficients<double>& k) {
+  for (int64_t j0 = 0; j0 < width; j0 += kExactColumnChunk) {
+    const int64_t w = std::min(kExactColumnChunk, width - j0);
+    const double* __restrict a = k.scale_inv_std + j0;
+    for (int64_t r = 0; r < rows; ++r) {
+      // dx may be dy's own buffer (x_backprop computed in place): no __restrict on those two.
+      const T* d = dy + r * stride + j0;
+      const T* __restrict v = x + r * stride + j0;
+      T* out = dx + r * stride + j0;
+      if (k.dy_mean == nullptr) {
+        for (int64_t j = 0; j < w; ++j) out[j] = FromDouble<T>(ToFloat(d[j]) * a[j]);
+        continue;
+      }
+      const double* __restrict m = k.mean + j0;
+      const double* __restrict dm = k.dy_mean + j0;
+      const double* __restrict b = k.xc_coef + j0;
+      for (int64_t j = 0; j < w; ++j) {
+        const double xc = ToFloat(v[j]) - m[j];
+        out[j] = FromDouble<T>(a[j] * ((ToFloat(d[j]) - dm[j]) - xc * b[j]));
+      }
+    }
+  }
+}
+
+template <typename T>
+void ExactBoundedSumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                                  int64_t width, const double* mean,
+                                  const double* scale_inv_std, const ExactColumns& s) {
+  if constexpr (std::is_same_v<T, float>) {
+    ExactSumRowsImpl<Bounded, T>(dy, x, dx, stride, rows, width, mean, scale_inv_std, s);
+  } else {
+    // 16-bit x_backprop needs a rounding through float to odd, done by ExactDxRows.
+    ExactSumRowsImpl<Bounded, T>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+    ExactDxRows(dy, x, dx, stride, rows, width, DxCoefficients<double>{nullptr, scale_inv_std});
+  }
+}
+
+template <typename T>
+void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
+                 int64_t count, int64_t stride, const DxCoefficients<double>& k) {
+  for (int64_t r = 0; r < count; ++r) {
+    for (int64_t c = 0; c < channels; ++c) {
+      const int64_t at = c * length + r * stride;
+      const T* d = dy + at;  // may be dx's own buffer, as above
+      const T* __restrict v = x + at;
+      T* out = dx + at;
+      const double a = k.scale_inv_std[c];
+      if (k.dy_mean == nullptr) {
+        for (int64_t i = 0; i < length; ++i) out[i] = FromDouble<T>(ToFloat(d[i]) * a);
+        continue;
+      }
+      const double m = k.mean[c], dm = k.dy_mean[c], b = k.xc_coef[c];
+      for (int64_t i = 0; i < length; ++i) {
+        out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+      }
+    }
+  }
+}
+
+template <typename T>
+const CpuLoops<T>* Loops() {
+  static const CpuLoops<T> loops = {
+      SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
+      SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
+      ExactSumRows<Compensated, T>, ExactSumRuns<Compensated, T>,
+      ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
+      ExactDxRows<T>,      ExactDxRuns<T>};
+  return &loops;
+}
+FBN_INSTANTIATE_LOOPS()

@@ -1,0 +1,44 @@
+// How the work units of one CPU call run on the threads a ParallelFor lends: one or two sweeps
+// over the same units with a serial step between them, all inside a single ParallelFor call.
+//
+// Why one call: every ParallelFor call wakes the pool's threads and waits for them; on tensors
+// that sit in the caches a call takes a few hundred microseconds, and a second wake-up between
+// the sweeps cost 10-20 % of it (docs/performance.md). Inside the call, threads join whenever
+// the pool starts them; one that joins late simply finds fewer units left.
+//
+// Why affinity: on the second sweep a thread first takes the units it ran in the first, the
+// latest first, whose data its own caches (L2, or the L3 of its core complex) are most likely
+// to hold; only then does it take units left by others, the earliest first. A static split
+// would keep the data local too, but would wait for threads that start late.
+//
+// Nothing here decides a bit of the result: which thread runs a unit, and when, never changes
+// what the unit computes, and between() runs once, after every unit of the first sweep.
+#ifndef TF_FBN_OPS_CC_CORE_CPU_CPU_SWEEPS_H_
+#define TF_FBN_OPS_CC_CORE_CPU_CPU_SWEEPS_H_
+
+#include <cstdint>
+#include <functional>
+
+#include "cc/core/bn_grad.h"
+
+namespace fbn {
+
+using UnitFn = std::function<void(int64_t unit)>;
+
+struct SweepPlan {
+  int64_t units = 0;
+  // Rough cycles per unit, passed on to the ParallelFor.
+  int64_t cost_per_unit = 0;
+  // Runs everything on the calling thread (calls too small for a pool to pay off).
+  bool inline_only = false;
+};
+
+// Runs first(u) for every u in [0, plan.units); then, if given, between() once and second(u)
+// for every u. Each function runs in IEEE arithmetic (ieee_arithmetic.h) whatever thread
+// runs it. Returns when everything has run.
+void RunSweeps(const ParallelFor& parallel_for, const SweepPlan& plan, const UnitFn& first,
+               const std::function<void()>& between = nullptr, const UnitFn& second = nullptr);
+
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_CORE_CPU_CPU_SWEEPS_H_

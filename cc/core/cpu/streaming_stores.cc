@@ -1,0 +1,76 @@
+#include "cc/core/cpu/streaming_stores.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace fbn {
+namespace {
+
+// /sys/devices/system/cpu/cpu0/cache/index<i>/size holds for example "32768K"; 0 if absent.
+int64_t SysfsCacheBytes(int index) {
+  const std::string path =
+      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return 0;
+  long long amount = 0;
+  char unit = 0;
+  const int read = std::fscanf(file, "%lld%c", &amount, &unit);
+  std::fclose(file);
+  if (read < 1 || amount <= 0) return 0;
+  if (unit == 'K') return amount << 10;
+  if (unit == 'M') return amount << 20;
+  if (unit == 'G') return amount << 30;
+  return amount;
+}
+
+// sysfs first: it describes the cache the calling core shares. sysconf only where sysfs says
+// nothing, because glibc derives it from CPUID, which on AMD gives the whole package's L3
+// (256 MiB on an EPYC VM whose cores share 32 MiB), not the core complex's.
+int64_t DetectLastLevelCacheBytes() {
+  int64_t largest = 0;
+  for (int index = 0; index < 16; ++index) {
+    largest = std::max(largest, SysfsCacheBytes(index));
+  }
+#if defined(_SC_LEVEL3_CACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE)
+  if (largest == 0) {
+    for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+      largest = std::max<int64_t>(largest, sysconf(name));
+    }
+  }
+#endif
+  return largest > 0 ? largest : kUnknownCacheBytes;
+}
+
+int64_t DetectStreamingFootprintBytes() {
+  if (const char* mib = std::getenv("TF_FBN_OPS_STREAMING_MIB")) {
+    char* end = nullptr;
+    const long long value = std::strtoll(mib, &end, 10);
+    if (end != mib && *end == '\0' && value >= 0 && value <= (int64_t{1} << 40)) {
+      return static_cast<int64_t>(value) << 20;
+    }
+    // The core has no logger; one line on stderr, once per process, as the setting is read once.
+    std::fprintf(stderr,
+                 "tf-fbn-ops: TF_FBN_OPS_STREAMING_MIB=\"%s\" is not a whole number of MiB "
+                 "(0 to 2^40); ignored, the CPU's own threshold is used\n",
+                 mib);
+  }
+  return std::min(kStreamingBytes, LastLevelCacheBytes());
+}
+
+}  // namespace
+
+int64_t LastLevelCacheBytes() {
+  static const int64_t bytes = DetectLastLevelCacheBytes();
+  return bytes;
+}
+
+int64_t StreamingFootprintBytes() {
+  static const int64_t bytes = DetectStreamingFootprintBytes();
+  return bytes;
+}
+
+}  // namespace fbn

@@ -1,0 +1,30 @@
+// When x_backprop is written with non-temporal (streaming) stores, which skip reading each
+// cache line before it is written and leave the caches to x and y_backprop, but put
+// x_backprop itself out of reach of whatever reads it next.
+#ifndef TF_FBN_OPS_CC_CORE_CPU_STREAMING_STORES_H_
+#define TF_FBN_OPS_CC_CORE_CPU_STREAMING_STORES_H_
+
+#include <cstdint>
+
+namespace fbn {
+
+// Bytes of the largest cache the calling core shares (the L3 of its core complex on AMD, the
+// shared L3 on Intel, the system cache or L2 on Arm), read once from Linux's sysfs, else from
+// sysconf; kUnknownCacheBytes where neither says.
+int64_t LastLevelCacheBytes();
+constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
+
+// A call streams x_backprop once x, y_backprop and x_backprop together take more than this
+// many bytes (and its stores fill whole lines, and x_backprop is not y_backprop's buffer: see
+// bn_grad_cpu.cc): kStreamingBytes, or the last-level cache where it is smaller. Beyond the
+// private caches an ordinary store first reads its line from the L3 or DRAM and later evicts
+// x or y_backprop to make room. Measured through TensorFlow, where a call's x_backprop is a
+// recycled buffer, streaming from 12 MiB was the faster rule on an Intel Xeon and on an AMD
+// EPYC whose core complex shares a 32 MiB L3 (docs/performance.md): one rule for every CPU.
+// TF_FBN_OPS_STREAMING_MIB=<MiB> sets the threshold instead (benchmarks; 0 streams always).
+int64_t StreamingFootprintBytes();
+constexpr int64_t kStreamingBytes = int64_t{12} << 20;
+
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_CORE_CPU_STREAMING_STORES_H_

@@ -1,0 +1,54 @@
+// The CUDA side of the numeric core. Host functions with no CUDA types in their signatures, so
+// this header can be included by code compiled without CUDA headers (the TensorFlow shell).
+#ifndef TF_FBN_OPS_CC_CORE_GPU_BN_GRAD_GPU_H_
+#define TF_FBN_OPS_CC_CORE_GPU_BN_GRAD_GPU_H_
+
+#include <cstddef>
+
+#include "cc/core/bn_grad.h"
+
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace fbn {
+
+using GpuStream = CUstream_st*;
+
+// Bytes of device scratch BatchNormGradGpu needs for a shape: per-block partial sums and
+// per-channel coefficients. Depends on the shape only.
+size_t GpuScratchBytes(const Shape& shape);
+
+// Enqueues the gradient computation on `stream`. Every pointer in `t`, and `scratch` (at least
+// GpuScratchBytes(params.shape) bytes), is device memory. Returns 0 (cudaSuccess) or the CUDA
+// error of the first failing launch; GpuErrorString describes it.
+//
+// Deterministic: every sum is reduced in two stages, per-block partials in a fixed order and
+// then per channel over the blocks in block order, with no floating-point atomics; two calls
+// on the same inputs give the same bits.
+template <typename T>
+int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, GpuStream stream);
+
+const char* GpuErrorString(int error);
+
+// Kernel variants that wait for a GPU to say whether they are faster (benchmarks/gpu_bench.cu
+// times each against the default side by side). Each gives the default's bits; none is on
+// unless asked for.
+//   kReverseApply: training's x_backprop sweep visits the row blocks last to first, so it
+//     starts on the rows the sums sweep read last, the ones most likely still in L2.
+//   kOneLaunch: where one block's rows are all of a channel's (small tensors), that block
+//     finishes its channels and writes their x_backprop: one kernel instead of three (two in
+//     inference).
+enum GpuVariant : unsigned { kReverseApply = 1u, kOneLaunch = 2u };
+
+// The variants in force: TF_FBN_OPS_GPU_VARIANTS (names, comma-separated: "reverse_apply",
+// "one_launch"; an unknown name is reported on stderr and ignored), read at the first call,
+// until SetGpuVariants (tests, benchmarks) replaces them.
+unsigned GpuVariants();
+void SetGpuVariants(unsigned variants);
+
+// The CUDA runtime version the kernels were compiled and linked with (CUDART_VERSION, 1000 *
+// major + 10 * minor). A driver runs them when it supports this major version or a newer one.
+int GpuBuildCudaVersion();
+
+}  // namespace fbn
+
+#endif  // TF_FBN_OPS_CC_CORE_GPU_BN_GRAD_GPU_H_

@@ -1,0 +1,113 @@
+// The two ways the XLA kernel (fbn_grad_xla_kernel.cc) compiles a gradient op:
+//   - a custom call to our own handlers (cc/xla_ffi/) through XLA's typed FFI: the core's CPU or
+//     CUDA kernels run inside the compiled program, with the non-jit kernels' bits;
+//   - an HLO lowering, for TensorFlow wheels without what the FFI needs and on request.
+// Both take inputs that ValidateGradInputs has accepted and set all five outputs.
+#ifndef TF_FBN_OPS_CC_XLA_XLA_GRAD_LOWERINGS_H_
+#define TF_FBN_OPS_CC_XLA_XLA_GRAD_LOWERINGS_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cc/core/bn_grad.h"
+#include "cc/kernels/fbn_grad_validation.h"
+#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+
+// XLA's builder moved twice: under tensorflow/compiler/ up to TF 2.13 or so, then xla/client,
+// then xla/hlo/builder (setup.py checks that one of them is there).
+#if __has_include("xla/hlo/builder/xla_builder.h")
+#include "xla/hlo/builder/xla_builder.h"
+#elif __has_include("xla/client/xla_builder.h")
+#include "xla/client/xla_builder.h"
+#else
+#include "tensorflow/compiler/xla/client/xla_builder.h"
+#endif
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// What compiles an op, as `python -m tf_fbn_ops info` and the tests name it.
+enum class XlaGradPath { kCustomCall, kHlo };
+
+// The path for ops compiled on `device_type` (XLA_CPU_JIT or XLA_GPU_JIT). kCustomCall unless
+// this build has no FFI handlers, they could not be registered for that platform, the GPU
+// kernels are off (driver too old), or TF_FBN_OPS_XLA_LOWERING=hlo asks for the HLO lowering.
+// `why` says why the HLO path was taken (empty for the custom call).
+XlaGradPath ChooseXlaGradPath(const DeviceType& device_type, std::string* why);
+
+void BuildGradCustomCall(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std);
+
+// A custom call's attributes, as the MLIR dictionary XLA's typed FFI decodes.
+class FfiAttributes {
+ public:
+  FfiAttributes& Bool(const std::string& name, bool value);
+  FfiAttributes& F32(const std::string& name, float value);  // bit-exact
+  std::string Dictionary() const;
+
+ private:
+  std::map<std::string, std::string> entries_;  // sorted by name, as MLIR keeps them
+};
+
+struct FfiResult {
+  xla::PrimitiveType type;
+  TensorShape shape;
+};
+
+// One call of our FFI target `target` (cc/xla_ffi/) on the kernel's inputs `inputs`, every
+// operand and result row-major: its results in order. Only on the custom-call path
+// (ChooseXlaGradPath); in a build without the handlers it sets an error and returns none.
+std::vector<xla::XlaOp> CallFfiTarget(XlaOpKernelContext* ctx, const char* target,
+                                      const std::vector<int>& inputs,
+                                      const std::vector<FfiResult>& results,
+                                      const FfiAttributes& attributes);
+
+void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
+                  const fbn::Shape& shape);
+
+// The per-channel vectors (shape [C]) spread along x's channel dimension.
+class ChannelBroadcast {
+ public:
+  ChannelBroadcast(const TensorShape& x, int channel_dim)
+      : channel_dim_(channel_dim) {
+    for (int d = 0; d < x.dims(); ++d) {
+      dims_.push_back(x.dim_size(d));
+      if (d != channel_dim) reduce_dims_.push_back(d);
+    }
+  }
+
+  xla::XlaOp Spread(xla::XlaOp per_channel) const {
+    return xla::BroadcastInDim(per_channel, dims_, {channel_dim_});
+  }
+
+  // Sum over every dimension but the channel one, in double.
+  xla::XlaOp SumPerChannel(XlaOpKernelContext* ctx, xla::XlaOp values) const {
+    return xla::Reduce(values, xla::ConstantR0<double>(ctx->builder(), 0.0),
+                       *ctx->GetOrCreateAdd(DT_DOUBLE), reduce_dims_);
+  }
+
+ private:
+  std::vector<int64_t> dims_;
+  std::vector<int64_t> reduce_dims_;
+  int64_t channel_dim_;
+};
+
+inline xla::XlaOp Widen(xla::XlaOp value) { return xla::ConvertElementType(value, xla::F64); }
+
+// 1/sqrt(variance + epsilon) in double, epsilon being the op's float attribute.
+xla::XlaOp InverseStd(xla::XlaOp variance, float epsilon);
+
+// Training's x_backprop in double, with the reference's grouping (cc/core/bn_grad_reference.cc),
+// from x − mean (`xc`) and the per-channel sums of dy and dy·xc over `count` elements per
+// channel (the batch's, or every replica's for synchronized batch norm). Every operand is F64.
+xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xla::XlaOp xc,
+                             xla::XlaOp scale, xla::XlaOp inv_std, xla::XlaOp sum_dy,
+                             xla::XlaOp sum_dy_xc, xla::XlaOp count);
+
+// Outputs 3 and 4 exist for compatibility only: empty [0], as TensorFlow's CPU kernel.
+void SetEmptyReserveOutputs(XlaOpKernelContext* ctx);
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow
+
+#endif  // TF_FBN_OPS_CC_XLA_XLA_GRAD_LOWERINGS_H_
