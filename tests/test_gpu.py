@@ -241,7 +241,8 @@ def test_gpu_synchronized_halves_under_xla(dtype, data_format, shape) -> None:
         sums = shim_ops.sync_batch_norm_grad_sums(dy, x, mean, data_format=data_format)
         out = shim_ops.sync_batch_norm_grad_from_sums(
             dy, x, scale, mean, variance, sums.sum_dy * 2.0, sums.sum_dy_xc * 2.0, count,
-            epsilon=1e-3, data_format=data_format)
+            epsilon=1e-3, data_format=data_format, replica_sum_dy=sums.sum_dy,
+            replica_sum_dy_xc=sums.sum_dy_xc)
         return (sums.sum_dy, sums.sum_dy_xc, *out)
 
     with tf.device("/GPU:0"):

@@ -83,6 +83,29 @@ def test_sums_are_float64_sums_of_the_batch() -> None:
                                atol=1e-13)
 
 
+@pytest.mark.parametrize("device", ["CPU", "GPU"])
+def test_scale_and_offset_gradients_are_the_replicas_share(device) -> None:
+    """From the replica's own sums, each rounded once: the shares of several replicas add up
+    to the whole batch's. x_backprop depends on the global sums only."""
+    if device == "GPU" and not tf.config.list_physical_devices("GPU"):
+        pytest.skip("no GPU")
+    t = inputs((4, 6, 5, 8), "NHWC", tf.float32, seed=4)
+    with tf.device(device):
+        own = shim_ops.sync_batch_norm_grad_sums(t["y_backprop"], t["x"], t["mean"])
+        global_dy, global_dy_xc = own.sum_dy * 2.5 - 1.0, own.sum_dy_xc * 2.5 + 3.0
+        args = (t["y_backprop"], t["x"], t["scale"], t["mean"], t["variance"], global_dy,
+                global_dy_xc, tf.constant(4 * 6 * 5 * 3, tf.int64))
+        share = shim_ops.sync_batch_norm_grad_from_sums(
+            *args, epsilon=EPSILON, replica_sum_dy=own.sum_dy, replica_sum_dy_xc=own.sum_dy_xc)
+        whole = shim_ops.sync_batch_norm_grad_from_sums(*args, epsilon=EPSILON)
+    inv_std = 1.0 / np.sqrt(np.asarray(t["variance"], np.float64) + np.float64(np.float32(EPSILON)))
+    assert bits(share.offset_backprop) == bits(np.float32(own.sum_dy))
+    assert bits(share.scale_backprop) == bits(np.float32(own.sum_dy_xc * inv_std))
+    assert bits(whole.offset_backprop) == bits(np.float32(global_dy))
+    assert bits(whole.scale_backprop) == bits(np.float32(global_dy_xc * inv_std))
+    assert bits(share.x_backprop) == bits(whole.x_backprop)
+
+
 def test_empty_batch() -> None:
     x = tf.zeros([0, 4, 4, 3])
     sums = shim_ops.sync_batch_norm_grad_sums(x, x, tf.ones([3]))
@@ -133,6 +156,11 @@ def test_static_shapes() -> None:
         tf.zeros([2, 3, 4, 5]), tf.zeros([2, 3, 4, 5]), tf.zeros([5]), tf.zeros([5]),
         tf.zeros([5]), tf.zeros([5], tf.float64), tf.zeros([5], tf.float64),
         tf.constant([24], tf.int64)), "count must be a scalar|rank 0"),
+    (lambda: shim_ops.sync_batch_norm_grad_from_sums(
+        tf.zeros([2, 3, 4, 5]), tf.zeros([2, 3, 4, 5]), tf.zeros([5]), tf.zeros([5]),
+        tf.zeros([5]), tf.zeros([5], tf.float64), tf.zeros([5], tf.float64),
+        tf.constant(24, tf.int64), replica_sum_dy=tf.zeros([4], tf.float64)),
+     "replica_sum_dy|Dimensions must"),
     (lambda: shim_ops.sync_batch_norm_grad_sums(tf.zeros([2, 3, 4, 5]), tf.zeros([2, 3, 4, 5]),
                                                 tf.zeros([5]), data_format="HWCN"),
      "data_format"),
@@ -406,7 +434,8 @@ def test_under_xla_the_halves_match_the_kernels(data_format, shape, dtype, xla_p
         # As if two more replicas had brought the same sums: global sums and count of three.
         out = shim_ops.sync_batch_norm_grad_from_sums(
             dy, x, scale, mean, variance, sums.sum_dy * 3.0, sums.sum_dy_xc * 3.0, count,
-            epsilon=EPSILON, data_format=data_format)
+            epsilon=EPSILON, data_format=data_format, replica_sum_dy=sums.sum_dy,
+            replica_sum_dy_xc=sums.sum_dy_xc)
         return (sums.sum_dy, sums.sum_dy_xc, *out)
 
     args = (t["y_backprop"], t["x"], t["scale"], t["mean"], t["variance"], count)

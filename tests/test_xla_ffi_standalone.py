@@ -91,8 +91,9 @@ def test_jax_runs_the_handlers_with_the_kernels_bits(tmp_path, emulated_gpu_core
     assert "FAIL" not in run.stdout, run.stdout
 
 
-def _kernels_replicas(inputs, layout: str, batches, epsilon: float) -> tuple[list, list]:
-    """The check's replicas through this TensorFlow's FbnSyncBatchNormGrad* kernels."""
+def _kernels_replicas(inputs, layout: str, batches, epsilon: float) -> tuple[list, list, list]:
+    """The check's replicas through this TensorFlow's FbnSyncBatchNormGrad* kernels: each
+    replica's sums and outputs, and the whole batch's scale and offset gradients."""
     from tf_fbn_ops import ops as shim_ops  # noqa: PLC0415
 
     scale, mean, variance = (tf.constant(v) for v in inputs[2:])
@@ -107,10 +108,14 @@ def _kernels_replicas(inputs, layout: str, batches, epsilon: float) -> tuple[lis
         total_dy = total_dy + replica_dy
         total_dy_xc = total_dy_xc + replica_dy_xc
     count = tf.constant(inputs[1].size // max(scale.shape[0], 1), tf.int64)
-    outputs = [[t.numpy() for t in shim_ops.sync_batch_norm_grad_from_sums(
-        tf.constant(part_dy), tf.constant(part_x), scale, mean, variance, total_dy, total_dy_xc,
-        count, epsilon=epsilon, data_format=layout)] for part_dy, part_x in parts]
-    return sums, outputs
+    def from_sums(part, own_dy, own_dy_xc):
+        return [t.numpy() for t in shim_ops.sync_batch_norm_grad_from_sums(
+            tf.constant(part[0]), tf.constant(part[1]), scale, mean, variance, total_dy,
+            total_dy_xc, count, epsilon=epsilon, data_format=layout, replica_sum_dy=own_dy,
+            replica_sum_dy_xc=own_dy_xc)]
+
+    outputs = [from_sums(part, *own) for part, own in zip(parts, sums)]
+    return sums, outputs, from_sums(parts[0], total_dy, total_dy_xc)[1:]
 
 
 def test_jax_runs_the_synchronized_handlers_with_the_kernels_bits(tmp_path) -> None:

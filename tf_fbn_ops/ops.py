@@ -150,6 +150,8 @@ def sync_batch_norm_grad_from_sums(
     epsilon: float = 0.0001,
     data_format: str = "NHWC",
     name: str | None = None,
+    replica_sum_dy: TensorLike | None = None,
+    replica_sum_dy_xc: TensorLike | None = None,
 ) -> NamedTuple:
     """Second half of synchronized batch norm's backward: x_backprop from the global sums.
 
@@ -162,12 +164,18 @@ def sync_batch_norm_grad_from_sums(
         replica's own).
       epsilon: added to the variance.
       data_format, name: as for `sync_batch_norm_grad_sums`.
+      replica_sum_dy, replica_sum_dy_xc: ``[C]`` float64 sums of `sync_batch_norm_grad_sums`
+        over this replica's batch; left out, the global ones (one replica).
 
     Returns:
-      ``(x_backprop, scale_backprop, offset_backprop)``: this replica's x gradient, and the
-      scale and offset gradients of the whole batch (the same on every replica). With one
-      replica, the bits of `fused_batch_norm_grad_v3` in training mode.
+      ``(x_backprop, scale_backprop, offset_backprop)``: this replica's x gradient, and its
+      share of the scale and offset gradients (from its own sums: the replicas' shares add up
+      to the whole batch's, as a distribution strategy adds them). With one replica, the bits
+      of `fused_batch_norm_grad_v3` in training mode.
     """
     return _call_op("fbn_sync_batch_norm_grad_from_sums", y_backprop=y_backprop, x=x,
                     scale=scale, mean=mean, variance=variance, sum_dy=sum_dy, sum_dy_xc=sum_dy_xc,
-                    count=count, epsilon=epsilon, data_format=data_format, name=name)
+                    count=count,
+                    replica_sum_dy=sum_dy if replica_sum_dy is None else replica_sum_dy,
+                    replica_sum_dy_xc=sum_dy_xc if replica_sum_dy_xc is None else replica_sum_dy_xc,
+                    epsilon=epsilon, data_format=data_format, name=name)

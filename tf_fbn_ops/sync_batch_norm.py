@@ -147,20 +147,13 @@ def synchronized_batch_norm(
 def synchronized_gradient(grad_y, x, scale, mean, variance, count, epsilon: float,
                           data_format: str, context: tf.distribute.ReplicaContext | None):
     """(dx, dscale, doffset) of `synchronized_batch_norm`: the two ops around one exchange.
-    With several replicas dscale and doffset are this replica's share; with one, the whole."""
+    dscale and doffset are this replica's share (with one replica, the whole)."""
     local = shim_ops.sync_batch_norm_grad_sums(grad_y, x, mean, data_format=data_format)
     rows = exchange(tf.stack([local.sum_dy, local.sum_dy_xc]), context)
     total = rows[0]
     for r in range(1, rows.shape[0]):  # replica order: the same bits on every replica
         total = total + rows[r]
-    dx, dscale, doffset = shim_ops.sync_batch_norm_grad_from_sums(
+    return tuple(shim_ops.sync_batch_norm_grad_from_sums(
         grad_y, x, scale, mean, variance, total[0], total[1], count, epsilon=epsilon,
-        data_format=data_format)
-    if context is None:
-        return dx, dscale, doffset
-    # As the core rounds the whole's: one rounding of the double sum times 1/sqrt(var + eps),
-    # epsilon being the op's float attribute.
-    inverse_std = 1.0 / tf.sqrt(tf.cast(variance, tf.float64)
-                                + tf.cast(tf.constant(epsilon, tf.float32), tf.float64))
-    return (dx, tf.cast(local.sum_dy_xc * inverse_std, tf.float32),
-            tf.cast(local.sum_dy, tf.float32))
+        data_format=data_format, replica_sum_dy=local.sum_dy,
+        replica_sum_dy_xc=local.sum_dy_xc))

@@ -6,7 +6,8 @@ exchange adds them.
 For every element type and layout (4-D and 5-D, channels last and first), the batch as one
 replica and cut into three (an empty one among them): with one replica, the bits of the whole
 gradient's target (tf_fbn_ops_batch_norm_grad, training); with three, x_backprop and the global
-gradients against the float64 oracle on the whole batch (tf_fbn_ops.reference); run to run
+gradients against the float64 oracle on the whole batch (tf_fbn_ops.reference), and each
+replica's scale and offset gradients its share, from its own sums; run to run
 bit-identical; and, given --expected (an .npz of TensorFlow's FbnSyncBatchNormGrad* kernels'
 inputs and outputs per case), bit-identical to those kernels. Bad calls, a count below a
 replica's own elements among them, must come back as errors that name the problem on the CPU;
@@ -84,8 +85,9 @@ def split(array: np.ndarray, batches: tuple[int, ...]) -> list[np.ndarray]:
 
 
 def run_replicas(inputs: list[np.ndarray], layout: str, batches: tuple[int, ...],
-                 count: int | None = None) -> tuple[list, list]:
-    """Both stages for every replica: (each replica's sums, each replica's three outputs)."""
+                 count: int | None = None) -> tuple[list, list, list]:
+    """Both stages for every replica: (each replica's sums, each replica's three outputs, the
+    whole batch's scale and offset gradients)."""
     dy, x, scale, mean, variance = inputs
     channels_last = layout.endswith("C")
     channels = scale.shape[0]
@@ -100,20 +102,34 @@ def run_replicas(inputs: list[np.ndarray], layout: str, batches: tuple[int, ...]
         total_dy_xc = total_dy_xc + replica_dy_xc
     outputs = [[np.asarray(v) for v in
                 from_sums_call(p[1].shape, x.dtype, channels, channels_last)(
-                    *p, scale, mean, variance, total_dy, total_dy_xc, count)]
-               for p in parts]
-    return sums, outputs
+                    *p, scale, mean, variance, total_dy, total_dy_xc, count, *own)]
+               for p, own in zip(parts, sums)]
+    # The whole batch's scale and offset gradients: a replica given the global sums as its own.
+    whole = [np.asarray(v) for v in from_sums_call(parts[0][1].shape, x.dtype, channels,
+                                                   channels_last)(
+        *parts[0], scale, mean, variance, total_dy, total_dy_xc, count, total_dy, total_dy_xc)]
+    return sums, outputs, whole[1:]
 
 
 def case_key(dtype_name: str, layout: str, batches: tuple[int, ...]) -> str:
     return f"{dtype_name}-{layout}-{'.'.join(map(str, batches))}"
 
 
-def expected_outputs(sums: list, outputs: list) -> list[np.ndarray]:
-    """What a case is compared by: replica 0's sums, the whole x_backprop, replica 0's global
-    gradients (every replica's are the same bits, checked separately)."""
-    return [sums[0][0], sums[0][1], np.concatenate([o[0] for o in outputs], axis=0),
-            outputs[0][1], outputs[0][2]]
+def expected_outputs(sums: list, outputs: list, whole: list) -> list[np.ndarray]:
+    """What a case is compared by: replica 0's sums, the whole x_backprop, the whole batch's
+    scale and offset gradients (each replica's share is checked separately)."""
+    return [sums[0][0], sums[0][1], np.concatenate([o[0] for o in outputs], axis=0), *whole]
+
+
+def share_problems(sums: list, outputs: list, variance: np.ndarray) -> list[str]:
+    """Each replica's scale and offset gradients: its own sums, times 1/sqrt(var + eps) for
+    scale's, each rounded once to float32."""
+    inv_std = 1.0 / np.sqrt(variance.astype(np.float64) + np.float64(np.float32(grad.EPSILON)))
+    for (own_dy, own_dy_xc), out in zip(sums, outputs):
+        if not (grad.same_bits(out[1], (own_dy_xc * inv_std).astype(np.float32))
+                and grad.same_bits(out[2], own_dy.astype(np.float32))):
+            return ["a replica's scale/offset gradients are not its own sums' share"]
+    return []
 
 
 def check_cases(args: argparse.Namespace, reference) -> list[dict]:
@@ -128,15 +144,14 @@ def check_cases(args: argparse.Namespace, reference) -> list[dict]:
                 if f"{key}/in0" in expected:
                     inputs = [grad.typed(expected[f"{key}/in{i}"], dtype if i < 2 else None)
                               for i in range(5)]
-                sums, outputs = run_replicas(inputs, layout, batches)
-                got = expected_outputs(sums, outputs)
+                sums, outputs, whole = run_replicas(inputs, layout, batches)
+                got = expected_outputs(sums, outputs, whole)
                 again = expected_outputs(*run_replicas(inputs, layout, batches))
                 problems = grad.accuracy_problems(got[2:], inputs, layout, True, False, dtype,
                                                   reference)
                 if not all(grad.same_bits(a, b) for a, b in zip(got, again)):
                     problems.append("two runs differ")
-                if not all(grad.same_bits(o[i], outputs[0][i]) for o in outputs for i in (1, 2)):
-                    problems.append("replicas' scale/offset gradients differ")
+                problems += share_problems(sums, outputs, inputs[4])
                 if len(batches) == 1:
                     whole = grad.grad_call(shape, dtype, inputs[2].shape[0],
                                            **grad.attrs_for(layout, True, False))(*inputs)
@@ -157,7 +172,7 @@ def check_low_count(platform: str) -> dict:
     rng = np.random.default_rng(3)
     inputs = grad.make_inputs(rng, (2, 3, 5, 7), "NHWC", np.float32, False)
     try:
-        _, outputs = run_replicas(inputs, "NHWC", (2,), count=29)
+        _, outputs, _ = run_replicas(inputs, "NHWC", (2,), count=29)
         if platform == "cuda":
             nan = all(np.all(np.isnan(np.asarray(v, np.float32))) for v in outputs[0])
             problem = None if nan else "outputs not all NaN"

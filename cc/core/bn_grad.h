@@ -51,13 +51,14 @@ struct Shape {
 
 // Synchronized batch norm (batch statistics over several replicas) splits training's backward
 // around one exchange of per-channel sums: each replica computes its own Σ dy and
-// Σ dy·(x − mean) (kSums), the replicas add them up, and each computes its x_backprop and the
-// global scale and offset gradients from the global sums (kDxFromSums). With one replica the two
-// stages give the bits of kWhole: the same sums, the same coefficients, the same x_backprop loops.
+// Σ dy·(x − mean) (kSums), the replicas add them up, and each computes its x_backprop from the
+// global sums and its share of the scale and offset gradients from its own (kDxFromSums). With
+// one replica the two stages give the bits of kWhole: the same sums, the same coefficients, the
+// same x_backprop loops.
 enum class Stage {
   kWhole,       // the gradient of one call (the ops)
   kSums,        // training only: Tensors::sum_dy and sum_dy_xc, nothing else
-  kDxFromSums,  // training only: outputs from Tensors::global_sum_dy and global_sum_dy_xc
+  kDxFromSums,  // training only: outputs from Tensors::global_* and replica_* sums
 };
 
 struct Params {
@@ -89,10 +90,21 @@ struct ChannelGradients {
   double xc_coef;
 };
 
+// The scale and offset gradients of sums over a channel, each rounded once. kDxFromSums gives a
+// replica's share this way, from its own sums: the replicas' shares add up to the whole.
+FBN_HOST_DEVICE inline void ScaleOffsetFromSums(double sum_dy, double sum_dy_xc, double inv_std,
+                                                ChannelGradients* g) {
+  g->offset_backprop = static_cast<float>(sum_dy);
+  g->scale_backprop = static_cast<float>(sum_dy_xc * inv_std);
+}
+
 FBN_HOST_DEVICE inline ChannelGradients GradientsFromSums(double sum_dy, double sum_dy_xc,
                                                           double inv_std, double count) {
-  return {static_cast<float>(sum_dy), static_cast<float>(sum_dy_xc * inv_std), sum_dy / count,
-          inv_std * inv_std * (sum_dy_xc / count)};
+  ChannelGradients g;
+  ScaleOffsetFromSums(sum_dy, sum_dy_xc, inv_std, &g);
+  g.dy_mean = sum_dy / count;
+  g.xc_coef = inv_std * inv_std * (sum_dy_xc / count);
+  return g;
 }
 
 // Buffers of one call. T is the element type of x, y_backprop and x_backprop; everything
@@ -112,15 +124,35 @@ struct Tensors {
   // Stage::kSums writes this replica's Σ dy and Σ dy·(x − mean) per channel here.
   double* sum_dy = nullptr;
   double* sum_dy_xc = nullptr;
-  // Stage::kDxFromSums reads the sums over every replica here.
+  // Stage::kDxFromSums reads the sums over every replica here (x_backprop's coefficients) ...
   const double* global_sum_dy = nullptr;
   const double* global_sum_dy_xc = nullptr;
+  // ... and this replica's own here (its share of scale_backprop and offset_backprop).
+  const double* replica_sum_dy = nullptr;
+  const double* replica_sum_dy_xc = nullptr;
   // CUDA core, kDxFromSums: where the global count lives in device memory (an XLA:GPU operand,
   // the all-reduce's result), read there instead of Params::global_count. No error can come
   // back from the device, so a count below this call's own elements per channel (the sums
   // include them) makes every output NaN rather than quietly wrong.
   const int64_t* device_global_count = nullptr;
 };
+
+// Σ dy·((x − mean)·inv_std) over channel c, term by term in TensorFlow's grouping: for
+// var + eps == 0, where only that order gives TensorFlow's infinities and NaNs (factoring the
+// infinite inv_std out of the sum would not). Serial over the channel, so never taken for
+// finite statistics. widen(v) is the device's conversion of an element to double.
+template <typename T, typename Widen>
+FBN_HOST_DEVICE double ScaledSumInTfOrder(const Shape& s, const Tensors<T>& t, int64_t c,
+                                          double inv_std, Widen widen) {
+  double sum = 0.0;
+  for (int64_t e = 0; e < s.batch * s.spatial; ++e) {
+    const int64_t n = e / s.spatial;
+    const int64_t i = s.channels_last ? e * s.channels + c
+                                      : (n * s.channels + c) * s.spatial + (e - n * s.spatial);
+    sum += widen(t.y_backprop[i]) * ((widen(t.x[i]) - t.mean[c]) * inv_std);
+  }
+  return sum;
+}
 
 // Runs fn(begin, end) over sub-ranges covering [0, count) exactly once, possibly in parallel.
 // cost_per_unit is a rough cycle estimate so a pool can decide how finely to split. The core

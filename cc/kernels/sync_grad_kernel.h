@@ -48,8 +48,8 @@ class SyncGradSumsOp : public OpKernel {
   SyncAttrs attrs_;
 };
 
-// FbnSyncBatchNormGradFromSums: x_backprop of this replica's batch and the global scale and
-// offset gradients, from the global sums and count.
+// FbnSyncBatchNormGradFromSums: x_backprop of this replica's batch, from the global sums and
+// count, and the replica's share of the scale and offset gradients, from its own sums.
 template <typename Device, typename T>
 class SyncGradFromSumsOp : public OpKernel {
  public:
@@ -67,13 +67,17 @@ class SyncGradFromSumsOp : public OpKernel {
     const Tensor& variance = ctx->input(4);
     const Tensor& sum_dy = ctx->input(5);
     const Tensor& sum_dy_xc = ctx->input(6);
+    const Tensor& replica_sum_dy = ctx->input(8);
+    const Tensor& replica_sum_dy_xc = ctx->input(9);
     fbn::Params params;
     params.stage = fbn::Stage::kDxFromSums;
     params.epsilon = attrs_.epsilon;
     Status valid = ValidateSyncInputs(
         y_backprop.shape(), x.shape(),
         {{"scale", &scale.shape()}, {"mean", &mean.shape()}, {"variance", &variance.shape()},
-         {"sum_dy", &sum_dy.shape()}, {"sum_dy_xc", &sum_dy_xc.shape()}},
+         {"sum_dy", &sum_dy.shape()}, {"sum_dy_xc", &sum_dy_xc.shape()},
+         {"replica_sum_dy", &replica_sum_dy.shape()},
+         {"replica_sum_dy_xc", &replica_sum_dy_xc.shape()}},
         attrs_, &params.shape);
     if (valid.ok()) valid = ValidateGlobalCount(ctx->input(7), params.shape, &params.global_count);
     OP_REQUIRES(ctx, valid.ok(), valid);
@@ -89,6 +93,8 @@ class SyncGradFromSumsOp : public OpKernel {
     t.variance = variance.flat<float>().data();
     t.global_sum_dy = sum_dy.flat<double>().data();
     t.global_sum_dy_xc = sum_dy_xc.flat<double>().data();
+    t.replica_sum_dy = replica_sum_dy.flat<double>().data();
+    t.replica_sum_dy_xc = replica_sum_dy_xc.flat<double>().data();
     SetGradOutputs<T>(outputs, &t);
     OP_REQUIRES_OK(ctx, (BatchNormGradFunctor<Device, T>()(ctx, params, t)));
   }

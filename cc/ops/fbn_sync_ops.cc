@@ -3,9 +3,10 @@
 //
 //   FbnSyncBatchNormGradSums      this replica's Σ dy and Σ dy·(x − mean), per channel, in
 //                                 float64 (the core's exact double accumulation, unrounded)
-//   FbnSyncBatchNormGradFromSums  x_backprop of this replica's batch, and the global scale and
-//                                 offset gradients, from the sums over every replica and their
-//                                 element count per channel
+//   FbnSyncBatchNormGradFromSums  x_backprop of this replica's batch, from the sums over every
+//                                 replica and their element count per channel, and this
+//                                 replica's share of the scale and offset gradients, from its
+//                                 own sums (the shares add up to the whole batch's)
 //
 // The mean and variance are the global batch statistics of the forward (the biased variance,
 // not the inverse standard deviation, on every device). With one replica the pair gives the
@@ -67,6 +68,7 @@ Status FromSumsShape(InferenceContext* c) {
   TF_RETURN_IF_ERROR(ChannelVectors(c, 2, 6, &channels));
   ShapeHandle count;
   TF_RETURN_IF_ERROR(c->WithRank(c->input(7), 0, &count));
+  TF_RETURN_IF_ERROR(ChannelVectors(c, 8, 9, &channels));
   c->set_output(0, x);
   c->set_output(1, c->Vector(channels));
   c->set_output(2, c->Vector(channels));
@@ -95,6 +97,8 @@ REGISTER_OP("FbnSyncBatchNormGradFromSums")
     .Input("sum_dy: double")
     .Input("sum_dy_xc: double")
     .Input("count: int64")
+    .Input("replica_sum_dy: double")
+    .Input("replica_sum_dy_xc: double")
     .Output("x_backprop: T")
     .Output("scale_backprop: U")
     .Output("offset_backprop: U")

@@ -3,7 +3,8 @@
 //     kWhole, in every schedule, type, instruction-set copy and split onto threads, in place too;
 //   - several replicas (the batch cut along N, an empty part among them): the local sums added
 //     in replica order, then each part's x_backprop, against the double reference of the whole
-//     batch, to the same bounds as one call of the whole;
+//     batch, to the same bounds as one call of the whole; each replica's scale and offset
+//     gradients its own sums' (its share), the whole's those of the global sums;
 //   - kSums reads neither scale nor variance.
 // Prints one line per failure and a PASS/FAIL summary.
 #include <cstring>
@@ -45,7 +46,8 @@ void Sums(const Params& whole, const Inputs<T>& in, const ParallelFor& pf, const
   BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
 }
 
-// kDxFromSums of `in` from the global sums, into run->out (in place when asked).
+// kDxFromSums of `in` from the global sums and the replica's own (run->sum_dy, sum_dy_xc), into
+// run->out (in place when asked).
 template <typename T>
 void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<double>& sum_dy,
                 const std::vector<double>& sum_dy_xc, int64_t global_count, const ParallelFor& pf,
@@ -56,6 +58,8 @@ void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<doub
   Tensors<T> t = in_place ? run->out.BindInPlace(in) : run->out.Bind(in);
   t.global_sum_dy = sum_dy.data();
   t.global_sum_dy_xc = sum_dy_xc.data();
+  t.replica_sum_dy = run->sum_dy.data();
+  t.replica_sum_dy_xc = run->sum_dy_xc.data();
   BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
 }
 
@@ -133,40 +137,46 @@ void TestReplicasMatchTheWholeBatch() {
       std::string name = Describe(k, TypeName<T>()) + ", replicas' batches";
       std::vector<double> sum_dy(shape.channels, 0.0), sum_dy_xc(shape.channels, 0.0);
       std::vector<Inputs<T>> parts;
+      std::vector<StagedRun<T>> runs;
+      std::vector<Params> local_params;
       for (size_t r = 0; r + 1 < cut.size(); ++r) {
         name += " " + std::to_string(cut[r + 1] - cut[r]);
         parts.push_back(Part(k, in, cut[r], cut[r + 1]));
-        const Shape local{cut[r + 1] - cut[r], shape.channels, shape.spatial, shape.channels_last};
-        Params local_params = p;
-        local_params.shape = local;
-        StagedRun<T> run(local);
-        Sums(local_params, parts.back(), ThreadedFor(2, 64), LoopsFor<T>(ActiveCpuIsa()), &run);
+        local_params.push_back(p);
+        local_params.back().shape =
+            Shape{cut[r + 1] - cut[r], shape.channels, shape.spatial, shape.channels_last};
+        runs.emplace_back(local_params.back().shape);
+        Sums(local_params.back(), parts.back(), ThreadedFor(2, 64), LoopsFor<T>(ActiveCpuIsa()),
+             &runs.back());
         for (int64_t c = 0; c < shape.channels; ++c) {  // in replica order
-          sum_dy[c] += run.sum_dy[c];
-          sum_dy_xc[c] += run.sum_dy_xc[c];
+          sum_dy[c] += runs.back().sum_dy[c];
+          sum_dy_xc[c] += runs.back().sum_dy_xc[c];
         }
       }
       Outputs<T> staged(shape);
       const int64_t per_image = shape.channels * shape.spatial;
-      bool same_global = true;
-      for (size_t r = 0; r + 1 < cut.size(); ++r) {
-        const Shape local{cut[r + 1] - cut[r], shape.channels, shape.spatial, shape.channels_last};
-        Params local_params = p;
-        local_params.shape = local;
-        StagedRun<T> run(local);
-        DxFromSums(local_params, parts[r], sum_dy, sum_dy_xc, shape.rest(), ThreadedFor(2, 64),
+      bool shares = true;
+      for (size_t r = 0; r < runs.size(); ++r) {
+        StagedRun<T>& run = runs[r];
+        DxFromSums(local_params[r], parts[r], sum_dy, sum_dy_xc, shape.rest(), ThreadedFor(2, 64),
                    LoopsFor<T>(ActiveCpuIsa()), false, &run);
         std::copy(run.out.dx.begin(), run.out.dx.end(), staged.dx.begin() + cut[r] * per_image);
-        if (r == 0) {
-          staged.dscale = run.out.dscale;
-          staged.doffset = run.out.doffset;
+        for (int64_t c = 0; c < shape.channels; ++c) {
+          ChannelGradients own;
+          ScaleOffsetFromSums(run.sum_dy[c], run.sum_dy_xc[c], p.InvStd(in.variance[c]), &own);
+          shares &= std::memcmp(&run.out.dscale[c], &own.scale_backprop, sizeof(float)) == 0 &&
+                    std::memcmp(&run.out.doffset[c], &own.offset_backprop, sizeof(float)) == 0;
         }
-        same_global &= std::memcmp(run.out.dscale.data(), staged.dscale.data(),
-                                   shape.channels * sizeof(float)) == 0 &&
-                       std::memcmp(run.out.doffset.data(), staged.doffset.data(),
-                                   shape.channels * sizeof(float)) == 0;
       }
-      Check(same_global, name + ": every replica gives the same scale and offset gradients");
+      Check(shares, name + ": each replica's scale and offset gradients are its own sums'");
+      // The whole batch's: a replica given the global sums as its own.
+      StagedRun<T> whole(local_params[0].shape);
+      whole.sum_dy = sum_dy;
+      whole.sum_dy_xc = sum_dy_xc;
+      DxFromSums(local_params[0], parts[0], sum_dy, sum_dy_xc, shape.rest(), SerialFor(),
+                 LoopsFor<T>(ActiveCpuIsa()), false, &whole);
+      staged.dscale = whole.out.dscale;
+      staged.doffset = whole.out.doffset;
       Check(NormwiseError(staged.dx, ref.dx) <= DxTolerance<T>(), name + ": x_backprop vs reference");
       CheckSums(k, in, staged, ref, name);
     }
@@ -187,13 +197,18 @@ void TestEmptyReplica() {
         std::string(TypeName<T>()) + ": an empty batch's sums are zeros");
   const std::vector<double> global = {1.0, -2.0, 3.0, 0.5, 0.0};
   DxFromSums(p, in, global, global, 40, SerialFor(), LoopsFor<T>(ActiveCpuIsa()), false, &run);
+  Check(std::vector<float>(5, 0.0f) == run.out.dscale &&
+            std::vector<float>(5, 0.0f) == run.out.doffset,
+        std::string(TypeName<T>()) + ": an empty batch's share of the gradients is zeros");
+  run.sum_dy = run.sum_dy_xc = global;  // as the only replica that has data would see them
+  DxFromSums(p, in, global, global, 40, SerialFor(), LoopsFor<T>(ActiveCpuIsa()), false, &run);
   bool ok = true;
   for (int c = 0; c < 5; ++c) {
     ok &= run.out.doffset[c] == static_cast<float>(global[c]) &&
           run.out.dscale[c] == static_cast<float>(global[c] * p.InvStd(in.variance[c]));
   }
   Check(ok, std::string(TypeName<T>()) +
-                ": an empty batch still gives the global scale and offset gradients");
+                ": an empty batch still finishes the scale and offset gradients it is given");
 }
 
 template <typename T>

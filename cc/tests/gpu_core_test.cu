@@ -182,9 +182,9 @@ void RunRowBlockClamp() {
 }
 
 // Synchronized batch norm's stages (Stage, bn_grad.h): kSums then kDxFromSums with those sums
-// as the global ones give the bits of one whole call, aligned and not, in place too; the sums are
-// the reference's to double rounding; a replica with an empty batch adds zeros and still gives
-// the global scale and offset gradients.
+// as the global and the replica's ones give the bits of one whole call, aligned and not, in place
+// too; a replica with an empty batch adds zeros, its share of the scale and offset gradients is
+// zeros, and it finishes the sums it is given.
 template <typename T>
 void RunStages() {
   uint32_t seed = 300;
@@ -204,7 +204,7 @@ void RunStages() {
         std::vector<double> sum_dy, sum_dy_xc;
         const bool ran = device.Run(whole, &one) && device.Run(sums, &unused) &&
                          device.FetchSums(&sum_dy, &sum_dy_xc) &&
-                         device.SetGlobalSums(sum_dy, sum_dy_xc) &&
+                         device.SetGivenSums(sum_dy, sum_dy_xc, sum_dy, sum_dy_xc) &&
                          device.Run(from_sums, &staged, in_place);
         Check(ran, name + ": runs");
         Check(ran && staged.BitEqual(one),
@@ -226,12 +226,16 @@ void RunStages() {
   const std::vector<double> global = {1.0, -2.0, 3.0, 0.5, 0.0};
   bool ok = device.Run(sums, &out) && device.FetchSums(&sum_dy, &sum_dy_xc) &&
             sum_dy == std::vector<double>(5, 0.0) && sum_dy_xc == std::vector<double>(5, 0.0);
-  ok = ok && device.SetGlobalSums(global, global) && device.Run(from_sums, &out);
+  ok = ok && device.SetGivenSums(global, global, sum_dy, sum_dy_xc) &&
+       device.Run(from_sums, &out) && out.dscale == std::vector<float>(5, 0.0f) &&
+       out.doffset == std::vector<float>(5, 0.0f);
+  ok = ok && device.SetGivenSums(global, global, global, global) && device.Run(from_sums, &out);
   for (int c = 0; ok && c < 5; ++c) {
     ok = out.doffset[c] == static_cast<float>(global[c]) &&
          out.dscale[c] == static_cast<float>(global[c] * from_sums.InvStd(in.variance[c]));
   }
-  Check(ok, std::string(TypeName<T>()) + ": stages of an empty batch: zero sums, global gradients");
+  Check(ok, std::string(TypeName<T>()) +
+                ": stages of an empty batch: zero sums, a zero share, the given sums finished");
 }
 
 template <typename T>

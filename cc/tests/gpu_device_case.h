@@ -41,7 +41,7 @@ class DeviceCase {
         shift_(shift) {
     ok_ = Alloc(&dy_, n_ + shift) && Alloc(&x_, n_ + shift) && Alloc(&dx_, n_ + shift) &&
           Alloc(&scale_, c_) && Alloc(&mean_, c_) && Alloc(&var_, c_) && Alloc(&dscale_, c_) &&
-          Alloc(&doffset_, c_) && Alloc(&scratch_, scratch_bytes_) && Alloc(&sums_, 4 * c_);
+          Alloc(&doffset_, c_) && Alloc(&scratch_, scratch_bytes_) && Alloc(&sums_, 6 * c_);
     ok_ = ok_ && Copy(dy_ + shift, dy, n_) && Copy(x_ + shift, x, n_) &&
           Copy(scale_, per_channel.scale.data(), c_) &&
           Copy(mean_, per_channel.mean.data(), c_) &&
@@ -84,11 +84,14 @@ class DeviceCase {
     t.x_backprop = dx_ + shift_;
     t.scale_backprop = dscale_;
     t.offset_backprop = doffset_;
-    // Synchronized batch norm's stages: this case's sums, and the global ones (SetGlobalSums).
+    // Synchronized batch norm's stages: this case's sums, and the global and replica's ones
+    // kDxFromSums reads (SetGivenSums).
     t.sum_dy = sums_;
     t.sum_dy_xc = sums_ + c_;
     t.global_sum_dy = sums_ + 2 * c_;
     t.global_sum_dy_xc = sums_ + 3 * c_;
+    t.replica_sum_dy = sums_ + 4 * c_;
+    t.replica_sum_dy_xc = sums_ + 5 * c_;
     const int error = BatchNormGradGpu(params, t, scratch_, stream);
     return CudaOk(static_cast<cudaError_t>(error), "BatchNormGradGpu");
   }
@@ -106,9 +109,14 @@ class DeviceCase {
     return Back(sum_dy->data(), sums_, c_) && Back(sum_dy_xc->data(), sums_ + c_, c_);
   }
 
-  // The global sums Stage::kDxFromSums reads.
-  bool SetGlobalSums(const std::vector<double>& sum_dy, const std::vector<double>& sum_dy_xc) {
-    return Copy(sums_ + 2 * c_, sum_dy.data(), c_) && Copy(sums_ + 3 * c_, sum_dy_xc.data(), c_);
+  // The sums Stage::kDxFromSums reads: every replica's, then this replica's own.
+  bool SetGivenSums(const std::vector<double>& global_dy, const std::vector<double>& global_dy_xc,
+                    const std::vector<double>& replica_dy,
+                    const std::vector<double>& replica_dy_xc) {
+    return Copy(sums_ + 2 * c_, global_dy.data(), c_) &&
+           Copy(sums_ + 3 * c_, global_dy_xc.data(), c_) &&
+           Copy(sums_ + 4 * c_, replica_dy.data(), c_) &&
+           Copy(sums_ + 5 * c_, replica_dy_xc.data(), c_);
   }
 
   // Launch on the legacy default stream, wait, fetch.
@@ -143,7 +151,7 @@ class DeviceCase {
   float *scale_ = nullptr, *mean_ = nullptr, *var_ = nullptr, *dscale_ = nullptr,
         *doffset_ = nullptr;
   unsigned char* scratch_ = nullptr;
-  double* sums_ = nullptr;  // [4][C]: this case's Σ dy, Σ dy·(x − mean), then the global ones
+  double* sums_ = nullptr;  // [6][C]: this case's Σ dy, Σ dy·(x − mean); global; replica's
 };
 
 }  // namespace testing

@@ -2,9 +2,9 @@
 // and the CUDA ones (kernels compiled against the host emulator), called as XLA calls them,
 // through hand-built call frames and the fake XLA runtime (xla_ffi_fake_api.h):
 //   - a batch cut along N into 1 to 3 replicas (an empty one among them): every replica's
-//     sums, then from the sums added in replica order its x_backprop and the global scale and
-//     offset gradients, each the bits of the same stage of the same core called directly; with
-//     one replica, the bits of one whole gradient call (kWhole);
+//     sums, then from the sums added in replica order its x_backprop, and from its own its
+//     share of the scale and offset gradients, each the bits of the same stage of the same core
+//     called directly; with one replica, the bits of one whole gradient call (kWhole);
 //   - every dtype, 4-D and 5-D tensors in both layouts, the edge and empty shapes;
 //   - a count below a replica's own elements: the CPU handler refuses it, writing nothing; the
 //     CUDA one, which reads it on the device, makes every output NaN;
@@ -150,7 +150,9 @@ SyncCallSpec FromSumsSpec(const FfiShape& s, Replica<T>* r, const Inputs<T>& in,
                vec(in.variance),
                {XLA_FFI_DataType_F64, c, global_dy->data()},
                {XLA_FFI_DataType_F64, c, global_dy_xc->data()},
-               {XLA_FFI_DataType_S64, {}, count}};
+               {XLA_FFI_DataType_S64, {}, count},
+               {XLA_FFI_DataType_F64, c, r->sum_dy.data()},
+               {XLA_FFI_DataType_F64, c, r->sum_dy_xc.data()}};
   spec.rets = {{FfiType<T>(), x, r->dx},
                {XLA_FFI_DataType_F32, c, r->dscale.data()},
                {XLA_FFI_DataType_F32, c, r->doffset.data()}};
@@ -224,6 +226,8 @@ bool RunStages(const Device& device, bool handlers, const FfiShape& s, const Cas
           t.variance = in.variance.data();
           t.global_sum_dy = global_dy.data();
           t.global_sum_dy_xc = global_dy_xc.data();
+          t.replica_sum_dy = r.sum_dy.data();
+          t.replica_sum_dy_xc = r.sum_dy_xc.data();
           t.x_backprop = r.dx;
           t.scale_backprop = r.dscale.data();
           t.offset_backprop = r.doffset.data();
@@ -339,7 +343,7 @@ void CheckLowCount(const Device& device) {
 // Calls that break the contract: each refused with an error naming the fault, nothing written.
 void CheckBadCalls(const Device& device) {
   constexpr size_t kRegion = 4096;
-  constexpr int kRegions = 11;
+  constexpr int kRegions = 13;
   struct BadCall {
     const char* what;
     bool from_sums;
@@ -381,6 +385,11 @@ void CheckBadCalls(const Device& device) {
        [&](SyncCallSpec* c) { c->args[7].dims = dims({1}); }, "Wrong buffer rank"},
       {"from_sums: an s32 count", true,
        [](SyncCallSpec* c) { c->args[7].type = XLA_FFI_DataType_S32; }, "Wrong buffer dtype"},
+      {"from_sums: short replica_sum_dy_xc", true,
+       [&](SyncCallSpec* c) { c->args[9].dims = dims({2}); },
+       "replica_sum_dy_xc must be [3] (x's channels), got [2]"},
+      {"from_sums: no replica sums", true, [](SyncCallSpec* c) { c->args.resize(8); },
+       "Wrong number of arguments"},
       {"from_sums: no epsilon", true, [](SyncCallSpec* c) { c->has_epsilon = false; },
        "Wrong number of attributes"},
   };
@@ -395,9 +404,10 @@ void CheckBadCalls(const Device& device) {
       spec.args = {{XLA_FFI_DataType_F32, x, region(0)},  {XLA_FFI_DataType_F32, x, region(1)},
                    {XLA_FFI_DataType_F32, c, region(2)},  {XLA_FFI_DataType_F32, c, region(3)},
                    {XLA_FFI_DataType_F32, c, region(4)},  {XLA_FFI_DataType_F64, c, region(5)},
-                   {XLA_FFI_DataType_F64, c, region(6)},  {XLA_FFI_DataType_S64, {}, region(7)}};
-      spec.rets = {{XLA_FFI_DataType_F32, x, region(8)}, {XLA_FFI_DataType_F32, c, region(9)},
-                   {XLA_FFI_DataType_F32, c, region(10)}};
+                   {XLA_FFI_DataType_F64, c, region(6)},  {XLA_FFI_DataType_S64, {}, region(7)},
+                   {XLA_FFI_DataType_F64, c, region(8)},  {XLA_FFI_DataType_F64, c, region(9)}};
+      spec.rets = {{XLA_FFI_DataType_F32, x, region(10)}, {XLA_FFI_DataType_F32, c, region(11)},
+                   {XLA_FFI_DataType_F32, c, region(12)}};
     } else {
       spec.args = {{XLA_FFI_DataType_F32, x, region(0)}, {XLA_FFI_DataType_F32, x, region(1)},
                    {XLA_FFI_DataType_F32, c, region(2)}};

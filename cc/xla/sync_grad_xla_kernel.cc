@@ -71,11 +71,13 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
     fbn::Shape shape;
     const TensorShape scale = ctx->InputShape(2), mean = ctx->InputShape(3),
                       variance = ctx->InputShape(4), sum_dy = ctx->InputShape(5),
-                      sum_dy_xc = ctx->InputShape(6), count_shape = ctx->InputShape(7);
+                      sum_dy_xc = ctx->InputShape(6), count_shape = ctx->InputShape(7),
+                      replica_sum_dy = ctx->InputShape(8), replica_sum_dy_xc = ctx->InputShape(9);
     const Status valid = ValidateSyncInputs(
         ctx->InputShape(0), ctx->InputShape(1),
         {{"scale", &scale}, {"mean", &mean}, {"variance", &variance}, {"sum_dy", &sum_dy},
-         {"sum_dy_xc", &sum_dy_xc}},
+         {"sum_dy_xc", &sum_dy_xc}, {"replica_sum_dy", &replica_sum_dy},
+         {"replica_sum_dy_xc", &replica_sum_dy_xc}},
         attrs_, &shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(count_shape),
@@ -92,7 +94,7 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
     if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
       const FfiResult channel{xla::F32, scale};
       const std::vector<xla::XlaOp> outputs = CallFfiTarget(
-          ctx, fbn::xla_ffi::kSyncFromSumsTarget, {0, 1, 2, 3, 4, 5, 6, 7},
+          ctx, fbn::xla_ffi::kSyncFromSumsTarget, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
           {{ctx->input_xla_type(1), ctx->InputShape(1)}, channel, channel},
           FfiAttributes()
               .Bool("channels_last", attrs_.channels_last)
@@ -111,8 +113,8 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
         TrainingXBackprop(channels, Widen(ctx->Input(0)), xc, Widen(ctx->Input(2)), inv_std,
                           global_dy, global_dy_xc, Widen(ctx->Input(7)));
     ctx->SetOutput(0, xla::ConvertElementType(x_backprop, ctx->input_xla_type(1)));
-    ctx->SetOutput(1, xla::ConvertElementType(global_dy_xc * inv_std, xla::F32));
-    ctx->SetOutput(2, xla::ConvertElementType(global_dy, xla::F32));
+    ctx->SetOutput(1, xla::ConvertElementType(ctx->Input(9) * inv_std, xla::F32));
+    ctx->SetOutput(2, xla::ConvertElementType(ctx->Input(8), xla::F32));
   }
 
  private:

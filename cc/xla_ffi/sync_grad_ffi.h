@@ -13,8 +13,9 @@
 //             scale, mean, variance      f32[C]
 //             sum_dy, sum_dy_xc          f64[C]: the sums over every replica
 //             count                      s64[]: elements per channel over every replica
+//             replica_sum_dy, replica_sum_dy_xc  f64[C]: this replica's own sums
 //   results   x_backprop                 T[x's dims]
-//             scale_backprop, offset_backprop   f32[C]
+//             scale_backprop, offset_backprop   f32[C]: this replica's share
 //   attrs     epsilon: f32, channels_last: bool
 // Every tensor row-major. A call that breaks the contract returns an FFI error (InvalidArgument)
 // naming what is wrong; so does, on the CPU, a count below this replica's own elements per

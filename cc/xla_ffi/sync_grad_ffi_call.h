@@ -36,6 +36,8 @@ struct FromSumsCall {
   ChannelSums sum_dy;
   ChannelSums sum_dy_xc;
   Count count;
+  ChannelSums replica_sum_dy;
+  ChannelSums replica_sum_dy_xc;
   ffi::AnyBuffer x_backprop;
   ChannelVector scale_backprop;
   ChannelVector offset_backprop;
@@ -68,6 +70,8 @@ auto BindFromSumsCall() {
       .template Arg<ChannelSums>()     // sum_dy
       .template Arg<ChannelSums>()     // sum_dy_xc
       .template Arg<Count>()           // count
+      .template Arg<ChannelSums>()     // replica_sum_dy
+      .template Arg<ChannelSums>()     // replica_sum_dy_xc
       .template Ret<ffi::AnyBuffer>()  // x_backprop
       .template Ret<ChannelVector>()   // scale_backprop
       .template Ret<ChannelVector>()   // offset_backprop
@@ -101,6 +105,8 @@ inline ffi::Error DescribeFromSumsCall(const FromSumsCall& call, Params* params)
                                {"variance", call.variance.dimensions()},
                                {"sum_dy", call.sum_dy.dimensions()},
                                {"sum_dy_xc", call.sum_dy_xc.dimensions()},
+                               {"replica_sum_dy", call.replica_sum_dy.dimensions()},
+                               {"replica_sum_dy_xc", call.replica_sum_dy_xc.dimensions()},
                                {"scale_backprop", call.scale_backprop.dimensions()},
                                {"offset_backprop", call.offset_backprop.dimensions()}},
                               shape.channels);
@@ -143,6 +149,8 @@ Tensors<T> FromSumsTensors(const FromSumsCall& call) {
   t.variance = call.variance.typed_data();
   t.global_sum_dy = call.sum_dy.typed_data();
   t.global_sum_dy_xc = call.sum_dy_xc.typed_data();
+  t.replica_sum_dy = call.replica_sum_dy.typed_data();
+  t.replica_sum_dy_xc = call.replica_sum_dy_xc.typed_data();
   t.x_backprop = static_cast<T*>(call.x_backprop.untyped_data());
   t.scale_backprop = call.scale_backprop.typed_data();
   t.offset_backprop = call.offset_backprop.typed_data();
@@ -168,13 +176,18 @@ template <typename Platform>
 ffi::Error FromSumsHandler(Platform platform, ffi::AnyBuffer y_backprop, ffi::AnyBuffer x,
                            ChannelVector scale, ChannelVector mean, ChannelVector variance,
                            ChannelSums sum_dy, ChannelSums sum_dy_xc, Count count,
+                           ChannelSums replica_sum_dy, ChannelSums replica_sum_dy_xc,
                            ffi::Result<ffi::AnyBuffer> x_backprop,
                            ffi::Result<ChannelVector> scale_backprop,
                            ffi::Result<ChannelVector> offset_backprop, float epsilon,
                            bool channels_last) {
-  const FromSumsCall call{y_backprop, x,           scale,           mean,
-                          variance,   sum_dy,      sum_dy_xc,       count,
-                          *x_backprop, *scale_backprop, *offset_backprop, epsilon,
+  const FromSumsCall call{y_backprop,     x,
+                          scale,          mean,
+                          variance,       sum_dy,
+                          sum_dy_xc,      count,
+                          replica_sum_dy, replica_sum_dy_xc,
+                          *x_backprop,    *scale_backprop,
+                          *offset_backprop, epsilon,
                           channels_last};
   Params params;
   ffi::Error described = DescribeFromSumsCall(call, &params);

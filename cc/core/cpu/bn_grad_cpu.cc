@@ -217,15 +217,18 @@ class Call {
     }
     const double count = static_cast<double>(
         stage == Stage::kDxFromSums ? params_.global_count : s.rest());
-    const ChannelGradients g = GradientsFromSums(sum_dy, sum_dy_xc, inv_std_[c], count);
+    ChannelGradients g = GradientsFromSums(sum_dy, sum_dy_xc, inv_std_[c], count);
+    if (stage == Stage::kDxFromSums) {
+      ScaleOffsetFromSums(t.replica_sum_dy[c], t.replica_sum_dy_xc[c], inv_std_[c], &g);
+    }
     t.offset_backprop[c] = g.offset_backprop;
     t.scale_backprop[c] = g.scale_backprop;
     if (!training) return;
-    // var + eps == 0: factoring inv_std out of the sum would turn TF's per-term infinities and
-    // NaNs into a different result, so that channel is summed again in TF's grouping (one
-    // call only: the global sums leave no terms to regroup).
+    // var + eps == 0: that channel summed again in TF's grouping (one call only: the global
+    // sums leave no terms to regroup).
     if (std::isinf(inv_std_[c]) && stage == Stage::kWhole) {
-      t.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(c));
+      t.scale_backprop[c] = static_cast<float>(ScaledSumInTfOrder(
+          s, t, c, inv_std_[c], [](T v) { return static_cast<double>(ToFloat(v)); }));
     }
     dy_mean[c] = static_cast<F>(g.dy_mean);
     xc_coef[c] = static_cast<F>(g.xc_coef);
@@ -268,19 +271,6 @@ class Call {
   F* xc_coef = nullptr;
 
  private:
-  // Σ dy · ((x − mean) · inv_std) of channel c, serially. Only for infinite inv_std.
-  double ScaledSumInTfOrder(int64_t c) const {
-    double sum = 0.0;
-    for (int64_t e = 0; e < s.rest(); ++e) {
-      const int64_t i = s.channels_last
-                            ? e * s.channels + c
-                            : ((e / s.spatial) * s.channels + c) * s.spatial + e % s.spatial;
-      sum += static_cast<double>(ToFloat(t.y_backprop[i])) *
-             ((static_cast<double>(ToFloat(t.x[i])) - t.mean[c]) * inv_std_[c]);
-    }
-    return sum;
-  }
-
   // Whether x_backprop is streamed (streaming_stores.h). Never in place: each line was just
   // read as y_backprop's and is in the cache. Never where a row or plane does not fill whole
   // cache lines: only aligned vectors can be streamed, and a line written partly by streaming

@@ -368,7 +368,8 @@ __global__ void __launch_bounds__(kThreads) SumChannelsFirst(Args<T> a, int lane
 
 // Channel c, given its sums: the outputs and the training coefficients. Synchronized batch
 // norm's stages (Stage, bn_grad.h): kSums writes the sums and stops; kDxFromSums takes the
-// global ones instead, and divides by the global count.
+// global ones instead, divides by the global count, and reports the replica's share of the
+// scale and offset gradients.
 template <typename T>
 __device__ void FinishChannel(const Args<T>& a, int64_t c, double sum_dy, double sum_dy_xc) {
   const Stage stage = a.p.stage;
@@ -377,9 +378,12 @@ __device__ void FinishChannel(const Args<T>& a, int64_t c, double sum_dy, double
     a.t.sum_dy_xc[c] = sum_dy_xc;
     return;
   }
+  double replica_sum_dy = 0.0, replica_sum_dy_xc = 0.0;
   if (stage == Stage::kDxFromSums) {
     sum_dy = a.t.global_sum_dy[c];
     sum_dy_xc = a.t.global_sum_dy_xc[c];
+    replica_sum_dy = a.t.replica_sum_dy[c];
+    replica_sum_dy_xc = a.t.replica_sum_dy_xc[c];
   }
 
   int64_t count = a.p.global_count;
@@ -387,26 +391,20 @@ __device__ void FinishChannel(const Args<T>& a, int64_t c, double sum_dy, double
   if (stage == Stage::kDxFromSums && a.t.device_global_count != nullptr) {
     count = *a.t.device_global_count;
     if (count < a.rest) {  // see Tensors::device_global_count
-      sum_dy = inv_std = std::numeric_limits<double>::quiet_NaN();
+      sum_dy = replica_sum_dy = inv_std = std::numeric_limits<double>::quiet_NaN();
     }
   }
   const double rest = static_cast<double>(stage == Stage::kDxFromSums ? count : a.rest);
-  const ChannelGradients g = GradientsFromSums(sum_dy, sum_dy_xc, inv_std, rest);
+  ChannelGradients g = GradientsFromSums(sum_dy, sum_dy_xc, inv_std, rest);
+  if (stage == Stage::kDxFromSums) {
+    ScaleOffsetFromSums(replica_sum_dy, replica_sum_dy_xc, inv_std, &g);
+  }
   a.t.offset_backprop[c] = g.offset_backprop;
   a.t.scale_backprop[c] = g.scale_backprop;
   if (a.p.is_training) {
     if (isinf(inv_std) && stage == Stage::kWhole) {  // the global sums leave no terms to regroup
-      // var + eps == 0: TensorFlow scales inside the sum, and only that order gives its
-      // infinities and NaNs. Serial over the channel; never taken for finite statistics.
-      double scaled = 0.0;
-      for (int64_t e = 0; e < a.rest; ++e) {
-        const int64_t n = e / a.spatial;
-        const int64_t k = a.p.shape.channels_last
-                              ? e * a.channels + c
-                              : (n * a.channels + c) * a.spatial + (e - n * a.spatial);
-        scaled += Load(a.t.y_backprop[k]) * ((Load(a.t.x[k]) - a.t.mean[c]) * inv_std);
-      }
-      a.t.scale_backprop[c] = static_cast<float>(scaled);
+      a.t.scale_backprop[c] = static_cast<float>(
+          ScaledSumInTfOrder(a.p.shape, a.t, c, inv_std, [](T v) { return Load(v); }));
     }
     a.coef[c] = a.t.scale[c] * inv_std;
     a.coef[a.channels + c] = g.dy_mean;
