@@ -45,6 +45,7 @@ LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
 CORE_TEST := build/core_test
 CORE_STAGES_TEST := build/core_stages_test
+CORE_FORWARD_TEST := build/core_forward_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
@@ -108,9 +109,10 @@ build-description:
 ### The CPU core (no TensorFlow)
 
 ## the CPU core's tests (plain g++, no TensorFlow)
-core-test: $(CORE_TEST) $(CORE_STAGES_TEST)
+core-test: $(CORE_TEST) $(CORE_STAGES_TEST) $(CORE_FORWARD_TEST)
 	./$(CORE_TEST)
 	./$(CORE_STAGES_TEST)
+	./$(CORE_FORWARD_TEST)
 
 # The core needs no TensorFlow: plain g++.
 $(CORE_TEST): $(CC_FILES)
@@ -121,6 +123,11 @@ $(CORE_TEST): $(CC_FILES)
 $(CORE_STAGES_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_stages_test.cc -o $@
+
+# The forward core against its reference, its bits across threads and instruction sets.
+$(CORE_FORWARD_TEST): $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_forward_test.cc -o $@
 
 # The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
@@ -339,6 +346,9 @@ sanitize: $(DEPS)
 	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) \
 	    cc/tests/core_stages_test.cc -o $(SANITIZE_DIR)/core_stages_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_stages_test
+	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) \
+	    cc/tests/core_forward_test.cc -o $(SANITIZE_DIR)/core_forward_test
+	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_forward_test
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
 	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
 	    --build-temp $(SANITIZE_DIR)/temp
@@ -367,7 +377,7 @@ BAZEL       ?= bazel
 SUDO        := $(if $(filter 0,$(shell id -u)),,sudo)
 BAZEL_FLAGS := --repo_env=PYTHON_BIN_PATH=$(abspath $(PY)) \
                --test_env=PATH=$(abspath $(VENV))/bin:/usr/bin:/bin
-BAZEL_TESTS := //:core_test //:core_stages_test //:parity_smoke_test
+BAZEL_TESTS := //:core_test //:core_stages_test //:core_forward_test //:parity_smoke_test
 
 ## the Bazel build: core tests and the parity smoke test, CPU (and CUDA with nvcc)
 bazel-test: $(DEPS)

@@ -1,10 +1,12 @@
-"""Our FbnFusedBatchNormGradV3 against TensorFlow's FusedBatchNormGradV3 in one process, on any
-shapes, the two visited in alternation round by round: a spot check on shapes of one's own
-choosing, beside `make bench`'s fixed cases. Which TensorFlow kernel runs is the process's
-choice: oneDNN by default, the stock (Eigen) kernel with TF_ENABLE_ONEDNN_OPTS=0.
+"""Our FbnFusedBatchNormGradV3 against TensorFlow's FusedBatchNormGradV3 (or, with --op forward,
+our FbnFusedBatchNormV3 against FusedBatchNormV3) in one process, on any shapes, the two visited
+in alternation round by round: a spot check on shapes of one's own choosing, beside `make
+bench`'s fixed cases. Which TensorFlow kernel runs is the process's choice: oneDNN by default,
+the stock (Eigen) kernel with TF_ENABLE_ONEDNN_OPTS=0.
 
     .venv/bin/python benchmarks/tf_kernels_interleaved.py --threads 2 24x14x14x384 48x7x7x768
     TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/tf_kernels_interleaved.py ...
+    .venv/bin/python benchmarks/tf_kernels_interleaved.py --op forward 16x14x14x512
 
 Shapes are NHWC (N x spatial... x C); --formats NHWC,NCHW also times the channels-first layout
 of the same tensors (TensorFlow's stock kernel refuses channels-first inference: n/a). Each cell:
@@ -38,12 +40,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads (default 1)")
     parser.add_argument("--formats", default="NHWC", help="NHWC, NCHW or both (comma-separated)")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--op", choices=("gradient", "forward"), default="gradient")
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     kernel = "stock" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "oneDNN"
     print(f"TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} thread(s); "
-          f"ratio = TensorFlow's time / ours (above 1: ours is faster)")
+          f"{args.op}; ratio = TensorFlow's time / ours (above 1: ours is faster)")
     for text in args.shapes:
         dims = [int(v) for v in text.split("x")]
         channels = dims[-1]
@@ -51,16 +54,20 @@ def main() -> None:
         for data_format in args.formats.split(","):
             shape = dims if data_format == "NHWC" else [dims[0], channels, *dims[1:-1]]
             rng = np.random.default_rng(0)
-            tensors = dict(
-                y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
-                x=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
-                scale=tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
-                reserve_space_1=tf.constant(rng.standard_normal(channels, dtype=np.float32)),
-                reserve_space_2=tf.constant(rng.random(channels, dtype=np.float32) + 0.5),
-                reserve_space_3=tf.zeros([0]))
+            x = tf.constant(rng.standard_normal(shape, dtype=np.float32))
+            scale = tf.constant(rng.random(channels, dtype=np.float32) + 0.5)
+            mean = tf.constant(rng.standard_normal(channels, dtype=np.float32))
+            variance = tf.constant(rng.random(channels, dtype=np.float32) + 0.5)
+            if args.op == "forward":
+                tensors = dict(x=x, scale=scale, offset=mean, mean=mean, variance=variance)
+                pair = (tf_fbn_ops.fused_batch_norm_forward_v3, tf.raw_ops.FusedBatchNormV3)
+            else:
+                tensors = dict(y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
+                               x=x, scale=scale, reserve_space_1=mean, reserve_space_2=variance,
+                               reserve_space_3=tf.zeros([0]))
+                pair = (tf_fbn_ops.fused_batch_norm_grad_v3, tf.raw_ops.FusedBatchNormGradV3)
             for training in (True, False):
-                ops = {"ours": tf_fbn_ops.fused_batch_norm_grad_v3,
-                       "tf": tf.raw_ops.FusedBatchNormGradV3}
+                ops = dict(zip(("ours", "tf"), pair))
 
                 def call(op, training=training, data_format=data_format):
                     return op(**tensors, epsilon=1e-3, data_format=data_format,

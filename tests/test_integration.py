@@ -50,10 +50,21 @@ def test_fused_batch_norm_matches_tensorflow(data_format, is_training, mode) -> 
     theirs = run(tf.compat.v1.nn.fused_batch_norm)
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    forward_ours = tf_fbn_ops.fused_batch_norm(x, scale, offset, data_format=data_format)
     forward_theirs = tf.compat.v1.nn.fused_batch_norm(x, scale, offset, data_format=data_format)
+    kept = tf_fbn_ops.fused_batch_norm(x, scale, offset, data_format=data_format,
+                                       forward="tensorflow")
+    for a, b in zip(kept, forward_theirs):
+        np.testing.assert_array_equal(a, b)  # forward="tensorflow": TensorFlow's own kernel
+    # By default (on the CPU) the library's forward op, whose own tests hold it to TensorFlow's
+    # accuracy and better (test_forward.py).
+    forward_ours = tf_fbn_ops.fused_batch_norm(x, scale, offset, data_format=data_format)
+    op = tf_fbn_ops.fused_batch_norm_forward_v3(x, scale, offset, tf.constant([]),
+                                                tf.constant([]), epsilon=0.001,
+                                                data_format=data_format)
+    for a, b in zip(forward_ours, op[:3]):
+        np.testing.assert_array_equal(a, b)
     for a, b in zip(forward_ours, forward_theirs):
-        np.testing.assert_array_equal(a, b)  # the forward is TensorFlow's own kernel
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])

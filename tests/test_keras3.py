@@ -100,6 +100,28 @@ def test_same_constructor_weights_and_config():
         "tf_fbn_ops>BatchNormalization"
 
 
+def test_forward_choice_is_saved_and_checked():
+    kept = fbn_keras.BatchNormalization(forward="tensorflow")
+    assert kept.get_config()["forward"] == "tensorflow"
+    assert fbn_keras.BatchNormalization.from_config(kept.get_config()).forward == "tensorflow"
+    assert "forward" not in fbn_keras.BatchNormalization().get_config()
+    with pytest.raises(ValueError, match="forward must be one of"):
+        fbn_keras.BatchNormalization(forward="cudnn")
+
+
+@pytest.mark.parametrize("forward", ["auto", "tensorflow"])
+def test_training_outputs_with_either_forward(forward):
+    """The layer's training output and moving statistics with the library's forward (the CPU
+    default) and with TensorFlow's, against Keras' own layer."""
+    x = tf.constant(np.random.default_rng(2).standard_normal((4, 5, 6, 3)) * 2 + 1, tf.float32)
+    theirs = keras.layers.BatchNormalization()
+    ours = fbn_keras.BatchNormalization(forward=forward)
+    outputs = [layer(x, training=True) for layer in (ours, theirs)]
+    np.testing.assert_allclose(outputs[0].numpy(), outputs[1].numpy(), rtol=1e-5, atol=1e-5)
+    for a, b in zip(ours.weights, theirs.weights):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape, axis, data_format", [
     ((2, 3, 4, 5), -1, "NHWC"), ((2, 3, 4, 5), 3, "NHWC"), ((2, 3, 4, 5), 1, "NCHW"),
     ((2, 3, 4, 5), -3, "NCHW"), ((2, 3, 4, 5, 6), -1, "NDHWC"), ((2, 3, 4, 5, 6), 1, "NCDHW"),

@@ -1,4 +1,5 @@
-"""tf-fbn-ops: TensorFlow's batch-norm gradient ops, faster, deterministic and exact.
+"""tf-fbn-ops: TensorFlow's batch-norm ops, forward and gradient, faster, deterministic and
+exact.
 
 ``import tf_fbn_ops`` alone does not import TensorFlow. The op library is loaded into TensorFlow
 as soon as both are imported (in either order), or on first use, or by ``load_library()``.
@@ -16,6 +17,9 @@ from tf_fbn_ops._loader import (
 )
 from tf_fbn_ops.cc_flags import get_include
 from tf_fbn_ops.ops import (
+    fused_batch_norm_forward,
+    fused_batch_norm_forward_v2,
+    fused_batch_norm_forward_v3,
     fused_batch_norm_grad,
     fused_batch_norm_grad_v2,
     fused_batch_norm_grad_v3,
@@ -36,6 +40,9 @@ _LAZY = {
 __all__ = [
     "LibraryVersionError",
     "LibraryVersionWarning",
+    "fused_batch_norm_forward",
+    "fused_batch_norm_forward_v2",
+    "fused_batch_norm_forward_v3",
     "fused_batch_norm_grad",
     "fused_batch_norm_grad_v2",
     "fused_batch_norm_grad_v3",

@@ -1,5 +1,6 @@
-"""What TensorFlow must know about the shim's ops beyond their kernels: their gradients (the
-second-order gradients of batch norm) and their vectorization rule for tf.vectorized_map.
+"""What TensorFlow must know about the shim's ops beyond their kernels: their gradients (of the
+forward ops: the gradient ops; of the gradient ops: the second-order gradients of batch norm)
+and the gradient ops' vectorization rule for tf.vectorized_map.
 Registered once, when the library is loaded (see _loader.py).
 """
 
@@ -22,6 +23,10 @@ def _register_gradients() -> None:
     for op_type, rule in zip(SHIM_OPS, ("_FusedBatchNormGradGrad", "_FusedBatchNormGradGradV2",
                                         "_FusedBatchNormGradGradV3")):
         ops.RegisterGradient(op_type)(getattr(_second_order, rule))
+    from tf_fbn_ops.batch_norm import SHIM_FORWARD_OPS, op_gradient  # noqa: PLC0415
+
+    for op_type in SHIM_FORWARD_OPS:
+        ops.RegisterGradient(op_type)(op_gradient)
 
 
 def _register_vectorization() -> None:

@@ -1,9 +1,10 @@
-"""Batch normalization whose backward pass runs through the shim's gradient ops.
+"""Batch normalization with the library's forward and backward.
 
-`fused_batch_norm` is the forward of ``tf.compat.v1.nn.fused_batch_norm`` (TensorFlow's own
-``FusedBatchNormV3`` kernel); its gradient is ``FbnFusedBatchNormGradV3``. The helper
-`forward_op_gradient` is the backward of TensorFlow's FusedBatchNorm{,V2,V3} ops in terms of the
-shim's ops, shared by this module and by `shim_gradients()`.
+`fused_batch_norm` is ``tf.compat.v1.nn.fused_batch_norm`` on the library's ops: the forward
+``FbnFusedBatchNormV3`` where it has a kernel (or TensorFlow's ``FusedBatchNormV3``, on request
+or where ours has none), the backward ``FbnFusedBatchNormGradV3``. `op_gradient` is the backward
+of a forward op, TensorFlow's FusedBatchNorm{,V2,V3} or the library's, in terms of the library's
+gradient ops: registered for the library's forward ops and used by `shim_gradients()`.
 """
 
 from __future__ import annotations
@@ -11,34 +12,76 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 from tf_fbn_ops import ops as shim_ops
 
 TensorLike = Any
 
-# TensorFlow's forward op -> the shim op computing its gradient.
-GRADIENT_OF = {"FusedBatchNorm": shim_ops.fused_batch_norm_grad,
-               "FusedBatchNormV2": shim_ops.fused_batch_norm_grad_v2,
-               "FusedBatchNormV3": shim_ops.fused_batch_norm_grad_v3}
+TF_FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+SHIM_FORWARD_OPS = ("FbnFusedBatchNorm", "FbnFusedBatchNormV2", "FbnFusedBatchNormV3")
+# Version suffix of a forward op -> the shim op computing its gradient.
+_GRADIENT_BY_VERSION = {"": shim_ops.fused_batch_norm_grad, "V2": shim_ops.fused_batch_norm_grad_v2,
+                        "V3": shim_ops.fused_batch_norm_grad_v3}
 # cuDNN's smallest epsilon; tf.compat.v1.nn.fused_batch_norm raises smaller values to it.
 MIN_EPSILON = 1.001e-5
+# Which forward `fused_batch_norm` runs: the library's where it has a kernel ("auto"), always the
+# library's, or always TensorFlow's.
+FORWARDS = ("auto", "tf_fbn_ops", "tensorflow")
+
+
+def _version(forward_type: str) -> str:
+    return forward_type[-2:] if forward_type[-2:] in ("V2", "V3") else ""
 
 
 def forward_op_gradient(forward_type: str, grad_y, x, scale, saved_or_population_mean,
                         saved_or_population_variance, reserve_space_3, epsilon: float,
                         data_format: str, is_training: bool):
-    """(dx, dscale, doffset) for a FusedBatchNorm* forward op, computed by the shim.
+    """(dx, dscale, doffset) for a forward op of type `forward_type`, computed by the shim.
 
     In training mode the statistics are the forward's saved reserve spaces; in inference mode
     the population mean and variance it was given. No transposes are needed for channels-first
-    inference, unlike TensorFlow's own gradient.
+    inference, unlike TensorFlow's own gradient. The library's forward has CPU kernels only, so
+    its reserve_space_2 holds the CPU contract's variance: its gradient runs on the CPU too, where
+    the gradient op reads a variance (on a GPU it would read an inverse standard deviation).
     """
     kwargs = dict(y_backprop=grad_y, x=x, scale=scale, reserve_space_1=saved_or_population_mean,
                   reserve_space_2=saved_or_population_variance, epsilon=epsilon,
                   data_format=data_format, is_training=is_training)
-    if forward_type == "FusedBatchNormV3":
+    version = _version(forward_type)
+    if version == "V3":
         kwargs["reserve_space_3"] = reserve_space_3
-    return tuple(GRADIENT_OF[forward_type](**kwargs)[:3])
+    if forward_type in SHIM_FORWARD_OPS:
+        with tf.device("/device:CPU:0"):
+            return tuple(_GRADIENT_BY_VERSION[version](**kwargs)[:3])
+    return tuple(_GRADIENT_BY_VERSION[version](**kwargs)[:3])
+
+
+def _attr_text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def op_gradient(op, *grads):
+    """The gradient of a forward op (TensorFlow's or the library's) through the shim; no gradient
+    for mean and variance, as TensorFlow's."""
+    is_training = op.get_attr("is_training")
+    if is_training:
+        stats = (op.outputs[3], op.outputs[4])  # saved batch mean and variance / inverse std
+    else:
+        stats = (op.inputs[3], op.inputs[4])  # population mean and variance
+    reserve_space_3 = op.outputs[5] if _version(op.type) == "V3" else None
+    dx, dscale, doffset = forward_op_gradient(
+        op.type, grads[0], op.inputs[0], op.inputs[1], *stats, reserve_space_3,
+        op.get_attr("epsilon"), _attr_text(op.get_attr("data_format")), is_training)
+    return dx, dscale, doffset, None, None
+
+
+def shim_forward_available() -> bool:
+    """Whether the library's forward op has a kernel where `fused_batch_norm` would run it now:
+    not in XLA compilation (no lowering yet), and no GPU visible (no CUDA kernel yet)."""
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return False
+    return not tf.config.list_logical_devices("GPU")
 
 
 def inference_gradient(grad_y, x, scale, mean, variance, epsilon: float, data_format: str):
@@ -71,14 +114,23 @@ def fused_batch_norm(
     is_training: bool = True,
     name: str | None = None,
     exponential_avg_factor: float = 1.0,
+    forward: str = "auto",
 ):
-    """``tf.compat.v1.nn.fused_batch_norm``, with the backward pass of tf-fbn-ops.
+    """``tf.compat.v1.nn.fused_batch_norm`` on tf-fbn-ops' forward and backward.
 
     Same arguments and results: ``(y, batch_mean, batch_variance)`` (in inference mode the given
     mean and variance). Works eagerly, in tf.function and in Keras layers; NCHW/NCDHW work in
     inference mode too. Gradients flow to x, scale and offset, as with TensorFlow's op, and in
     inference mode to mean and variance as well (TensorFlow's gradient has none for them).
+
+    ``forward`` picks the forward op: ``"auto"`` the library's ``FbnFusedBatchNormV3`` where it
+    has a kernel (the CPU, outside XLA compilation: `shim_forward_available`) and TensorFlow's
+    ``FusedBatchNormV3`` elsewhere; ``"tf_fbn_ops"`` always the library's; ``"tensorflow"``
+    always TensorFlow's. The library's forward gives the same bits for any thread count; with
+    TensorFlow's (oneDNN on, its default) a training step does not.
     """
+    if forward not in FORWARDS:
+        raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
     x = tf.convert_to_tensor(x, name="x")
     scale = tf.convert_to_tensor(scale, name="scale")
     offset = tf.convert_to_tensor(offset, name="offset")
@@ -89,9 +141,13 @@ def fused_batch_norm(
     variance = tf.constant([], tf.float32) if variance is None else tf.convert_to_tensor(variance)
     epsilon = max(float(epsilon), MIN_EPSILON)
 
+    ours = forward == "tf_fbn_ops" or (forward == "auto" and shim_forward_available())
+    forward_op = shim_ops.fused_batch_norm_forward_v3 if ours else tf.raw_ops.FusedBatchNormV3
+    forward_type = "FbnFusedBatchNormV3" if ours else "FusedBatchNormV3"
+
     @tf.custom_gradient
-    def forward(x, scale, offset, mean, variance):
-        out = tf.raw_ops.FusedBatchNormV3(
+    def normalize(x, scale, offset, mean, variance):
+        out = forward_op(
             x=x, scale=scale, offset=offset, mean=mean, variance=variance, epsilon=epsilon,
             exponential_avg_factor=exponential_avg_factor, data_format=data_format,
             is_training=is_training, name=name)
@@ -100,10 +156,10 @@ def fused_batch_norm(
             if not is_training:
                 return inference_gradient(grad_y, x, scale, mean, variance, epsilon, data_format)
             dx, dscale, doffset = forward_op_gradient(
-                "FusedBatchNormV3", grad_y, x, scale, out.reserve_space_1, out.reserve_space_2,
+                forward_type, grad_y, x, scale, out.reserve_space_1, out.reserve_space_2,
                 out.reserve_space_3, epsilon, data_format, is_training)
             return dx, dscale, doffset, None, None  # mean and variance feed running averages
 
         return (out.y, out.batch_mean, out.batch_variance), backward
 
-    return forward(x, scale, offset, mean, variance)
+    return normalize(x, scale, offset, mean, variance)

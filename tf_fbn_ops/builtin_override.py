@@ -15,28 +15,10 @@ from collections.abc import Iterator
 from tensorflow.python.framework import ops
 
 from tf_fbn_ops._loader import load_library
-from tf_fbn_ops.batch_norm import GRADIENT_OF, forward_op_gradient
+from tf_fbn_ops.batch_norm import TF_FORWARD_OPS, op_gradient
 
 _lock = threading.Lock()
 _saved: dict = {}  # forward op type -> TensorFlow's gradient function, while enabled
-
-
-def _attr_text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _shim_gradient(op, *grads):
-    """Gradient of a FusedBatchNorm* op through the shim; no gradient for mean and variance."""
-    is_training = op.get_attr("is_training")
-    if is_training:
-        stats = (op.outputs[3], op.outputs[4])  # saved batch mean and variance / inverse std
-    else:
-        stats = (op.inputs[3], op.inputs[4])  # population mean and variance
-    reserve_space_3 = op.outputs[5] if op.type == "FusedBatchNormV3" else None
-    dx, dscale, doffset = forward_op_gradient(
-        op.type, grads[0], op.inputs[0], op.inputs[1], *stats, reserve_space_3,
-        op.get_attr("epsilon"), _attr_text(op.get_attr("data_format")), is_training)
-    return dx, dscale, doffset, None, None
 
 
 def enable_shim_gradients() -> None:
@@ -44,10 +26,10 @@ def enable_shim_gradients() -> None:
     load_library()
     registry = ops._gradient_registry._registry  # noqa: SLF001 - TF has no public override
     with _lock:
-        for op_type in GRADIENT_OF:
+        for op_type in TF_FORWARD_OPS:
             if op_type not in _saved:
                 _saved[op_type] = registry[op_type]["type"]
-                registry[op_type]["type"] = _shim_gradient
+                registry[op_type]["type"] = op_gradient
 
 
 def disable_shim_gradients() -> None:

@@ -1,9 +1,10 @@
-"""The three gradient ops, with the signatures of ``tf.raw_ops.FusedBatchNormGrad*``.
+"""The library's ops: the three gradient ops, with the signatures of
+``tf.raw_ops.FusedBatchNormGrad*``, the three forward ops, with those of
+``tf.raw_ops.FusedBatchNorm*``, and synchronized batch norm's two backward halves.
 
-Each function returns the op's namedtuple of outputs (``x_backprop``, ``scale_backprop``,
-``offset_backprop`` and two unused placeholders of shape ``[0]``) and works in eager mode, inside
-``tf.function`` (``jit_compile=True`` included: the library has XLA lowerings) and in
-``tf.compat.v1`` graphs.
+Each function returns the op's namedtuple of outputs and works in eager mode, inside
+``tf.function`` and in ``tf.compat.v1`` graphs. The gradient ops also compile with
+``jit_compile=True`` (the library has XLA lowerings); the forward ops have CPU kernels only so far.
 
 Under XLA the ops compile to custom calls of the library's own kernels (TensorFlow 2.20 and
 later), so XLA's auto-clustering (``tf.config.optimizer.set_jit``,
@@ -111,6 +112,94 @@ def fused_batch_norm_grad_v3(
         y_backprop=y_backprop, x=x, scale=scale, reserve_space_1=reserve_space_1,
         reserve_space_2=reserve_space_2, reserve_space_3=reserve_space_3, epsilon=epsilon,
         data_format=data_format, is_training=is_training, name=name)
+
+
+def _forward(op_name: str, x, scale, offset, mean, variance, epsilon, exponential_avg_factor,
+             data_format, is_training, name) -> NamedTuple:
+    return _call_op(op_name, x=x, scale=scale, offset=offset, mean=mean, variance=variance,
+                    epsilon=epsilon, exponential_avg_factor=exponential_avg_factor,
+                    data_format=data_format, is_training=is_training, name=name)
+
+
+def fused_batch_norm_forward(
+    x: TensorLike,
+    scale: TensorLike,
+    offset: TensorLike,
+    mean: TensorLike,
+    variance: TensorLike,
+    epsilon: float = 0.0001,
+    exponential_avg_factor: float = 1.0,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """Batch normalization, as ``tf.raw_ops.FusedBatchNorm`` (float32 only).
+
+    Args:
+      x: 4-D input.
+      scale, offset: 1-D ``[C]`` scale (gamma) and offset (beta).
+      mean, variance: 1-D population statistics in inference; in training the running
+        averages that ``exponential_avg_factor != 1`` updates (otherwise unread, any length).
+      epsilon: added to the variance.
+      exponential_avg_factor: training's outputs 1 and 2 are
+        ``(1 - f) * old + f * batch`` (f = 1: the batch's own).
+      data_format: ``"NHWC"`` or ``"NCHW"`` (both native, in both modes).
+      is_training: normalize with the batch's statistics (True) or the given ones.
+      name: optional op name.
+
+    Returns:
+      ``(y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)``. In training:
+      batch_variance with Bessel's correction, the reserve spaces the batch mean and biased
+      variance the gradient ops read. In inference: outputs 1-4 are the given statistics.
+      Statistics are accumulated in double in an order fixed by the shape (the same bits for
+      any thread count) and every output is rounded once.
+    """
+    return _forward("fbn_fused_batch_norm", x, scale, offset, mean, variance, epsilon,
+                    exponential_avg_factor, data_format, is_training, name)
+
+
+def fused_batch_norm_forward_v2(
+    x: TensorLike,
+    scale: TensorLike,
+    offset: TensorLike,
+    mean: TensorLike,
+    variance: TensorLike,
+    epsilon: float = 0.0001,
+    exponential_avg_factor: float = 1.0,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """As ``tf.raw_ops.FusedBatchNormV2``: V1 with x and y float16, bfloat16 or float32, and
+    everything per channel float32.
+
+    Returns:
+      ``(y, batch_mean, batch_variance, reserve_space_1, reserve_space_2)``.
+    """
+    return _forward("fbn_fused_batch_norm_v2", x, scale, offset, mean, variance, epsilon,
+                    exponential_avg_factor, data_format, is_training, name)
+
+
+def fused_batch_norm_forward_v3(
+    x: TensorLike,
+    scale: TensorLike,
+    offset: TensorLike,
+    mean: TensorLike,
+    variance: TensorLike,
+    epsilon: float = 0.0001,
+    exponential_avg_factor: float = 1.0,
+    data_format: str = "NHWC",
+    is_training: bool = True,
+    name: str | None = None,
+) -> NamedTuple:
+    """As ``tf.raw_ops.FusedBatchNormV3``: V2 plus 5-D inputs (``"NDHWC"``, ``"NCDHW"``) and a
+    sixth output, ``reserve_space_3``, a float32 scalar 0 (as TensorFlow's CPU kernel).
+
+    Returns:
+      ``(y, batch_mean, batch_variance, reserve_space_1, reserve_space_2, reserve_space_3)``.
+    """
+    return _forward("fbn_fused_batch_norm_v3", x, scale, offset, mean, variance, epsilon,
+                    exponential_avg_factor, data_format, is_training, name)
 
 
 def sync_batch_norm_grad_sums(

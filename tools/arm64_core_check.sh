@@ -24,13 +24,14 @@ for dir in "${core_dirs[@]}"; do core+=("$dir"/*.cc); done
 read -ra flags <<<"$(described LANGUAGE_FLAGS) $(described EXACT_FLAGS)"
 flags+=(-I. -pthread -O2 -Wall -Wextra)
 mkdir -p build/aarch64
-for program in core_test core_stages_test core_digest; do
+for program in core_test core_stages_test core_forward_test core_digest; do
   aarch64-linux-gnu-g++ "${flags[@]}" "${core[@]}" "cc/tests/$program.cc" -o "build/aarch64/$program"
 done
 g++ "${flags[@]}" "${core[@]}" cc/tests/core_digest.cc -o build/core_digest
 run_arm64() { qemu-aarch64-static -L /usr/aarch64-linux-gnu "$@"; }
 run_arm64 build/aarch64/core_test | tail -1
 run_arm64 build/aarch64/core_stages_test | tail -1
+run_arm64 build/aarch64/core_forward_test | tail -1
 # Per-case lines only: the last line names the instruction set, which differs by design.
 run_arm64 build/aarch64/core_digest | tee build/aarch64/core_digest.txt | tail -1
 status=0

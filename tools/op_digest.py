@@ -3,7 +3,8 @@ platform test compares an AArch64 root under qemu with this x86-64 machine).
 
 Every op, dtype, layout (5-D too for V3) and mode, on a shape of the exact family (fewer than
 1024 elements per channel) and one of the streaming family, eagerly and, where the library has
-XLA, under jit_compile; synchronized batch norm's two ops likewise (its sums, then x_backprop and
+XLA, under jit_compile; the forward ops likewise (eagerly: no XLA lowering yet), in training
+with a running average; synchronized batch norm's two ops likewise (its sums, then x_backprop and
 the gradients from twice those sums and twice the count, as two replicas with the same batch
 would give). Inputs are built from integers (numpy's PCG64 stream, scaled by powers
 of two), so they are the same bits everywhere; the saved statistics are made up the same way
@@ -61,6 +62,22 @@ def cases():
                         yield op, dtype, layout, channels_last, shape, training, seed
 
 
+def forward_cases():
+    for op, dtype, layout, channels_last, shape, training, seed in cases():
+        yield "forward " + op, dtype, layout, channels_last, shape, training, seed + 500
+
+
+def forward_call(tf_fbn_ops, op: str, args: dict, layout: str, training: bool):
+    """The forward op's five (V3: six) outputs on a case's inputs: its x, scale, and the
+    saved statistics as offset, mean and variance."""
+    forward = {"V1": tf_fbn_ops.fused_batch_norm_forward,
+               "V2": tf_fbn_ops.fused_batch_norm_forward_v2,
+               "V3": tf_fbn_ops.fused_batch_norm_forward_v3}[op]
+    return lambda: forward(args["x"], args["scale"], args["reserve_space_1"],
+                           args["reserve_space_1"], args["reserve_space_2"], epsilon=EPSILON,
+                           exponential_avg_factor=0.5, data_format=layout, is_training=training)
+
+
 def sync_cases():
     seed = 1000
     for dtype in OPS["V3"]:
@@ -101,9 +118,12 @@ def main(argv: list[str]) -> int:
              "V3": tf_fbn_ops.fused_batch_norm_grad_v3}
     total = hashlib.sha256()
     count = 0
-    for op, dtype, layout, channels_last, shape, training, seed in (*cases(), *sync_cases()):
+    for op, dtype, layout, channels_last, shape, training, seed in (*cases(), *forward_cases(),
+                                                                     *sync_cases()):
         args = inputs(tf, dtype, shape, channels_last, seed)
-        if op == "sync":
+        if op.startswith("forward"):
+            runs = {"eager": forward_call(tf_fbn_ops, op.split()[1], args, layout, training)}
+        elif op == "sync":
             halves = sync_halves(tf_fbn_ops.ops, layout)
             runs = {"eager": lambda: halves(**args)}
             if xla:

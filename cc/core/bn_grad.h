@@ -40,6 +40,17 @@ struct Shape {
   int64_t rest() const { return batch * spatial; }  // R: elements per channel
   int64_t elements() const { return batch * channels * spatial; }
 
+  // Where element i of channel c of image n lies (i runs over the spatial positions).
+  FBN_HOST_DEVICE int64_t Offset(int64_t n, int64_t c, int64_t i) const {
+    return channels_last ? (n * spatial + i) * channels + c : (n * channels + c) * spatial + i;
+  }
+  // Where element e of channel c lies, its elements counted in (n, i) order.
+  FBN_HOST_DEVICE int64_t ChannelElement(int64_t c, int64_t e) const {
+    if (channels_last) return e * channels + c;
+    const int64_t n = e / spatial;
+    return Offset(n, c, e - n * spatial);
+  }
+
   // The same memory in the view that vectorizes: channels-last with C == 1 is one long
   // channels-first run, and channels-first with S == 1 is a channels-last [N, C] matrix.
   Shape canonical() const {
@@ -146,9 +157,7 @@ FBN_HOST_DEVICE double ScaledSumInTfOrder(const Shape& s, const Tensors<T>& t, i
                                           double inv_std, Widen widen) {
   double sum = 0.0;
   for (int64_t e = 0; e < s.batch * s.spatial; ++e) {
-    const int64_t n = e / s.spatial;
-    const int64_t i = s.channels_last ? e * s.channels + c
-                                      : (n * s.channels + c) * s.spatial + (e - n * s.spatial);
+    const int64_t i = s.ChannelElement(c, e);
     sum += widen(t.y_backprop[i]) * ((widen(t.x[i]) - t.mean[c]) * inv_std);
   }
   return sum;

@@ -11,11 +11,6 @@ void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
   ScopedIeeeArithmetic ieee;
   const Shape& s = params.shape;
   const int64_t rest = s.rest();
-  // Offset of element (n, c, i) where i runs over the spatial positions.
-  auto offset = [&s](int64_t n, int64_t c, int64_t i) {
-    return s.channels_last ? (n * s.spatial + i) * s.channels + c
-                           : (n * s.channels + c) * s.spatial + i;
-  };
 
   // The expressions are grouped exactly as TensorFlow's (so infinities and NaNs propagate the
   // same way), evaluated in double.
@@ -27,8 +22,8 @@ void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
     double sum_dy_xc_scaled = 0.0;  // training's scale gradient: the scaling is inside the sum
     for (int64_t n = 0; n < s.batch; ++n) {
       for (int64_t i = 0; i < s.spatial; ++i) {
-        const double dy = ToFloat(t.y_backprop[offset(n, c, i)]);
-        const double xc = ToFloat(t.x[offset(n, c, i)]) - mean;
+        const double dy = ToFloat(t.y_backprop[s.Offset(n, c, i)]);
+        const double xc = ToFloat(t.x[s.Offset(n, c, i)]) - mean;
         sum_dy += dy;
         sum_dy_xc += dy * xc;
         sum_dy_xc_scaled += dy * (xc * inv_std);
@@ -44,7 +39,7 @@ void BatchNormGradReference(const Params& params, const Tensors<T>& t) {
     const double coef2 = inv_std * inv_std * (sum_dy_xc / static_cast<double>(rest));
     for (int64_t n = 0; n < s.batch; ++n) {
       for (int64_t i = 0; i < s.spatial; ++i) {
-        const int64_t k = offset(n, c, i);
+        const int64_t k = s.Offset(n, c, i);
         const double dy = ToFloat(t.y_backprop[k]);
         const double xc = ToFloat(t.x[k]) - mean;
         // Training: the batch statistics depend on x, so dx has the two centring terms.

@@ -42,13 +42,14 @@ struct BatchNormGradFunctor {
                           const fbn::Tensors<typename CoreType<T>::type>& tensors);
 };
 
-// Where x_backprop comes from when y_backprop's buffer cannot be reused: TensorFlow's allocator
-// unless a device has a reason to differ (CPU: fbn_grad_functor_cpu.h).
+// Where output 0, the tensor of x's size (x_backprop, the forward's y), comes from when no
+// input's buffer can be reused: TensorFlow's allocator unless a device has a reason to differ
+// (CPU: fbn_grad_functor_cpu.h).
 template <typename Device>
-struct XBackpropAllocation {
+struct TensorOutputAllocation {
   static Status Allocate(OpKernelContext* ctx, DataType dtype, const TensorShape& shape,
-                         Tensor** x_backprop) {
-    return ctx->allocate_output(0, shape, x_backprop);
+                         Tensor** output) {
+    return ctx->allocate_output(0, shape, output);
   }
 };
 
@@ -70,7 +71,7 @@ Status AllocateGradOutputs(OpKernelContext* ctx, DataType dtype, const TensorSha
                            const TensorShape& channels_shape, GradOutputs* outputs) {
   if (!ctx->forward_input_to_output_with_shape(0, 0, x_shape, &outputs->x_backprop)) {
     TF_RETURN_IF_ERROR(
-        XBackpropAllocation<Device>::Allocate(ctx, dtype, x_shape, &outputs->x_backprop));
+        TensorOutputAllocation<Device>::Allocate(ctx, dtype, x_shape, &outputs->x_backprop));
   }
   TF_RETURN_IF_ERROR(ctx->allocate_output(1, channels_shape, &outputs->scale_backprop));
   return ctx->allocate_output(2, channels_shape, &outputs->offset_backprop);

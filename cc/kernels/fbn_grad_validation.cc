@@ -6,17 +6,13 @@
 
 namespace tensorflow {
 namespace fbn_kernels {
-namespace {
 
-// "got A and B" checks of the per-channel inputs against the channel count of x.
-Status CheckChannels(const char* name, const TensorShape& t, int64_t channels) {
+Status CheckChannels(const std::string& name, const TensorShape& t, int64_t channels) {
   if (t.num_elements() == channels) return OkStatus();
   return errors::InvalidArgument(
       name, " must have the same number of elements as the channels of x, got ", t.num_elements(),
       " and ", channels);
 }
-
-}  // namespace
 
 fbn::Shape CoreShapeOf(const TensorShape& x, bool channels_last) {
   // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.

@@ -4,6 +4,8 @@
 #ifndef TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
 #define TF_FBN_OPS_CC_KERNELS_FBN_GRAD_VALIDATION_H_
 
+#include <string>
+
 #include "cc/core/bn_grad.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/tensor_shape.h"
@@ -19,6 +21,10 @@ struct GradAttrs {
 };
 
 Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
+
+// TensorFlow's check of a per-channel input against the channel count of x:
+// "<name> must have the same number of elements as the channels of x, got A and B".
+Status CheckChannels(const std::string& name, const TensorShape& t, int64_t channels);
 
 // x (4-D or 5-D, rank already checked) as the core sees it: [N, C, S] with S the product of the
 // spatial dims (0 for an empty x).

@@ -1,5 +1,5 @@
-// The CPU core's outputs, hashed, over a fixed set of cases: every dtype, layout and mode, the
-// exact family (fewer than 1024 elements per channel) and the fast path, cancelling x (a large
+// The CPU core's outputs, hashed, over a fixed set of cases: the gradient's and the forward's,
+// every dtype, layout and mode, the exact family (fewer than 1024 elements per channel) and the fast path, cancelling x (a large
 // mean), in place, one thread and a split run on three. Two builds agree bit for bit exactly
 // when their lines agree: the instruction-set copies of one machine (TF_FBN_OPS_CPU_ISA) and
 // other architectures (make arm64-core-test compares an AArch64 build under qemu with this
@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/bn_forward.h"
 #include "cc/core/cpu/cpu_loops.h"
+#include "cc/tests/forward_test_util.h"
 #include "cc/tests/test_util.h"
 
 namespace fbn {
@@ -63,6 +65,30 @@ bool Digest(const Case& k, bool in_place, uint64_t* all) {
   return same;
 }
 
+template <typename T>
+bool ForwardDigest(const ForwardCase& k, bool in_place, uint64_t* all) {
+  ForwardInputs<T> in = MakeForwardInputs<T>(k, 17);
+  const ForwardParams p = ParamsOf(k);
+  ForwardOutputs<T> serial(k.shape), split(k.shape);
+  BatchNormForwardCpu(p, serial.Bind(in), SerialFor());
+  ForwardTensors<T> t = split.Bind(in);
+  if (in_place) t.y = in.x.data();
+  BatchNormForwardCpu(p, t, ThreeThreads());
+  if (in_place) split.y = in.x;
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = Hash(h, serial.y.data(), serial.y.size() * sizeof(T));
+  for (const auto* v : {&serial.batch_mean, &serial.batch_variance, &serial.saved_mean,
+                        &serial.saved_variance}) {
+    h = Hash(h, v->data(), v->size() * sizeof(float));
+  }
+  *all = Hash(*all, &h, sizeof(h));
+  const bool same = serial.SameBits(split);
+  std::printf("%016llx %s%s%s\n", static_cast<unsigned long long>(h),
+              DescribeForward(k, TypeName<T>()).c_str(), in_place ? " in place" : "",
+              same ? "" : "  SPLIT RUN DIFFERS");
+  return same;
+}
+
 int Main() {
   const Shape shapes[] = {{4, 8, 25, true},    {4, 8, 25, false},   {2, 33, 300, true},
                           {2, 33, 300, false}, {16, 64, 49, true},  {16, 64, 49, false},
@@ -81,6 +107,21 @@ int Main() {
             ok &= Digest<float>(k, in_place, &all);
             ok &= Digest<Half>(k, in_place, &all);
             ok &= Digest<BFloat16>(k, in_place, &all);
+            cases += 3;
+          }
+        }
+      }
+    }
+  }
+  for (const Shape& shape : shapes) {
+    for (bool training : {true, false}) {
+      for (float x_mean : {0.0f, 300.0f}) {
+        for (float factor : {1.0f, 0.3f}) {
+          const ForwardCase k{shape, training, x_mean, factor, training && factor == 1.0f};
+          for (bool in_place : {false, true}) {
+            ok &= ForwardDigest<float>(k, in_place, &all);
+            ok &= ForwardDigest<Half>(k, in_place, &all);
+            ok &= ForwardDigest<BFloat16>(k, in_place, &all);
             cases += 3;
           }
         }

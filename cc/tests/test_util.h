@@ -225,9 +225,7 @@ double FastSumErrorRatio(const Case& k, const Inputs<T>& in, const std::vector<f
     double abs_terms = 0.0;
     float sequential = 0.0f;
     for (int64_t e = 0; e < s.rest(); ++e) {
-      const int64_t i = s.channels_last ? e * s.channels + c
-                                        : ((e / s.spatial) * s.channels + c) * s.spatial +
-                                              e % s.spatial;
+      const int64_t i = s.ChannelElement(c, e);
       const float dy = ToFloat(in.dy[i]);
       const float term = scale_sums
                              ? dy * ((ToFloat(in.x[i]) - in.mean[c]) * static_cast<float>(inv_std))

@@ -1,9 +1,11 @@
-"""Keras 3's BatchNormalization with a fused forward and the shim's backward.
+"""Keras 3's BatchNormalization with tf-fbn-ops' fused forward and backward.
 
 Keras 3 computes batch norm from separate ops (moments, rsqrt, multiply, add), so there is no
 ``FusedBatchNorm*`` op for `shim_gradients()` to reach. This layer is Keras' own class with one
-method changed: where the input fits TensorFlow's fused op, ``call`` runs ``FusedBatchNormV3``
-forward and ``FbnFusedBatchNormGradV3`` backward (with ``synchronized=True``, in training, the
+method changed: where the input fits the fused ops, training's ``call`` runs the library's
+``FbnFusedBatchNormV3`` forward (TensorFlow's ``FusedBatchNormV3`` where ours has no kernel yet:
+on a GPU and under XLA, or when asked for) and ``FbnFusedBatchNormGradV3`` backward (with
+``synchronized=True``, in training, the
 statistics of every replica and the synchronized backward of tf_fbn_ops.sync_batch_norm);
 everywhere else it is Keras' code unchanged.
 Constructor, weights, config, regularizers, constraints and the moving-statistics update are
@@ -17,7 +19,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
 from tf_fbn_ops import _loader
-from tf_fbn_ops.batch_norm import MIN_EPSILON, fused_batch_norm, inference_gradient
+from tf_fbn_ops.batch_norm import FORWARDS, MIN_EPSILON, fused_batch_norm, inference_gradient
 from tf_fbn_ops.sync_batch_norm import synchronized_batch_norm
 
 # Input dtypes TensorFlow's fused op takes; its statistics and parameters stay float32, as
@@ -33,8 +35,12 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     Same arguments, defaults, weights and behaviour as Keras' layer (see its documentation).
     4-D and 5-D inputs normalized over their last axis or axis 1 (NHWC, NCHW, NDHWC, NCDHW),
-    float16, bfloat16 or float32, run TensorFlow's ``FusedBatchNormV3`` forward and the shim's
-    ``FbnFusedBatchNormGradV3`` backward, in training and in inference mode. With
+    float16, bfloat16 or float32, run a fused forward and the shim's
+    ``FbnFusedBatchNormGradV3`` backward, in training and in inference mode. Training's forward is
+    ``forward`` as `tf_fbn_ops.fused_batch_norm` takes it: by default (``"auto"``) the library's
+    ``FbnFusedBatchNormV3`` on the CPU outside XLA, which makes a training step the same bits
+    for any thread count, and TensorFlow's ``FusedBatchNormV3`` elsewhere; ``"tensorflow"``
+    keeps TensorFlow's everywhere. With
     ``synchronized=True`` training takes its statistics over every replica of the
     ``tf.distribute`` strategy it runs under (one all-reduce forward, one backward;
     `tf_fbn_ops.sync_batch_norm`); outside a strategy it is the layer without the flag. These
@@ -46,6 +52,20 @@ class BatchNormalization(keras.layers.BatchNormalization):
     Saved models name the class ``tf_fbn_ops>BatchNormalization``; ``import tf_fbn_ops.keras``
     before ``keras.models.load_model``.
     """
+
+    def __init__(self, *args, forward: str = "auto", **kwargs):
+        if forward not in FORWARDS:
+            raise ValueError(f"forward must be one of {FORWARDS}, got {forward!r}")
+        super().__init__(*args, **kwargs)
+        self.forward = forward
+
+    def get_config(self):
+        # Only a choice other than the default is saved: the default config stays Keras' own, so
+        # a model can switch between the two classes.
+        config = super().get_config()
+        if self.forward != "auto":
+            config["forward"] = self.forward
+        return config
 
     def call(self, inputs, training=None, mask=None):
         data_format = self.fused_data_format(inputs, mask)
@@ -72,7 +92,7 @@ class BatchNormalization(keras.layers.BatchNormalization):
         elif training and self.trainable:  # Keras' own test: a frozen layer runs in inference
             outputs, mean, corrected_variance = fused_batch_norm(
                 inputs, scale, offset, epsilon=self.epsilon, data_format=data_format,
-                is_training=True)
+                is_training=True, forward=self.forward)
             variance = corrected_variance * _bessel_to_population(inputs, self.axis)
             self._update_moving_statistics(moving_mean, moving_variance, mean, variance)
         else:

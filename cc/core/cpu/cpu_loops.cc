@@ -1,5 +1,6 @@
 // Picks the copy of the CPU loops for the CPU at hand (see cpu_loops.h).
 #include "cc/core/cpu/cpu_loops.h"
+#include "cc/core/cpu/forward_loops.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -63,5 +64,17 @@ const CpuLoops<T>& LoopsFor(CpuIsa isa) {
 template const CpuLoops<float>& LoopsFor<float>(CpuIsa);
 template const CpuLoops<Half>& LoopsFor<Half>(CpuIsa);
 template const CpuLoops<BFloat16>& LoopsFor<BFloat16>(CpuIsa);
+
+template <typename T>
+const CpuForwardLoops<T>& ForwardLoopsFor(CpuIsa isa) {
+  const CpuForwardLoops<T>* loops = nullptr;
+  if (isa == CpuIsa::kAvx512) loops = isa_avx512::ForwardLoops<T>();
+  if (isa == CpuIsa::kAvx2) loops = isa_avx2::ForwardLoops<T>();
+  return loops != nullptr ? *loops : *isa_baseline::ForwardLoops<T>();
+}
+
+template const CpuForwardLoops<float>& ForwardLoopsFor<float>(CpuIsa);
+template const CpuForwardLoops<Half>& ForwardLoopsFor<Half>(CpuIsa);
+template const CpuForwardLoops<BFloat16>& ForwardLoopsFor<BFloat16>(CpuIsa);
 
 }  // namespace fbn

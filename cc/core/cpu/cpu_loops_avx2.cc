@@ -13,6 +13,7 @@
 #endif
 
 #include "cc/core/cpu/cpu_loops.h"
+#include "cc/core/cpu/forward_loops.h"
 #include "cc/core/float16_convert.h"
 
 namespace fbn {
@@ -23,6 +24,7 @@ namespace isa_avx2 {
 #pragma GCC target("avx2,f16c")
 #define FBN_SIMD_AVX2 1
 #include "cc/core/cpu/cpu_loops_impl.h"
+#include "cc/core/cpu/forward_loops_impl.h"
 #undef FBN_SIMD_AVX2
 #pragma GCC pop_options
 #else
@@ -31,6 +33,11 @@ const CpuLoops<T>* Loops() {
   return nullptr;
 }
 FBN_INSTANTIATE_LOOPS()
+template <typename T>
+const CpuForwardLoops<T>* ForwardLoops() {
+  return nullptr;
+}
+FBN_INSTANTIATE_FORWARD_LOOPS()
 #endif
 
 }  // namespace isa_avx2

@@ -9,10 +9,12 @@
 #endif
 
 #include "cc/core/cpu/cpu_loops.h"
+#include "cc/core/cpu/forward_loops.h"
 #include "cc/core/float16_convert.h"
 
 namespace fbn {
 namespace isa_baseline {
 #include "cc/core/cpu/cpu_loops_impl.h"
+#include "cc/core/cpu/forward_loops_impl.h"
 }  // namespace isa_baseline
 }  // namespace fbn

@@ -1,7 +1,7 @@
 // The CPU specializations every CPU op shell uses (the gradient ops and synchronized batch norm's
-// halves alike): BatchNormGradFunctor runs the core's CPU kernels on the intra-op pool, whatever
-// the Stage of the call; x_backprop that cannot reuse y_backprop's buffer comes from memory kept
-// mapped between calls.
+// halves alike; the forward ops its allocation): BatchNormGradFunctor runs the core's CPU kernels
+// on the intra-op pool, whatever the Stage of the call; an x_backprop or y that cannot reuse an
+// input's buffer comes from memory kept mapped between calls.
 #ifndef TF_FBN_OPS_CC_KERNELS_CPU_FBN_GRAD_FUNCTOR_CPU_H_
 #define TF_FBN_OPS_CC_KERNELS_CPU_FBN_GRAD_FUNCTOR_CPU_H_
 
@@ -25,10 +25,10 @@ struct BatchNormGradFunctor<CPUDevice, T> {
 
 // Fresh pages would cost more than the arithmetic (retained_cpu_allocator.h).
 template <>
-struct XBackpropAllocation<CPUDevice> {
+struct TensorOutputAllocation<CPUDevice> {
   static Status Allocate(OpKernelContext* ctx, DataType dtype, const TensorShape& shape,
-                         Tensor** x_backprop) {
-    return AllocateRetainedOutput(ctx, 0, dtype, shape, x_backprop);
+                         Tensor** output) {
+    return AllocateRetainedOutput(ctx, 0, dtype, shape, output);
   }
 };
 

@@ -1,0 +1,306 @@
+// The production CPU forward: how one call is cut into units, and how the units' moments become
+// each channel's statistics. The innermost loops live in forward_loops_impl.h.
+//
+// Training runs two sweeps over the same units (cpu_sweeps.h), inference only the second:
+//   moments    each unit computes, for every channel it touches, Σ x and the sum of squared
+//              deviations about its own mean; its tile is small enough that the second of those
+//              two passes reads it from the cache, so memory sees x once. Deviations about a
+//              local mean, combined as Chan, Golub and LeVeque do, never cancel: the variance
+//              holds whatever the data's offset (where Σx² − (Σx)²/n in float loses it all).
+//   (between)  each channel's parts combined in a fixed order (CombineMoments, bn_forward.h),
+//              its outputs and y's coefficients.
+//   normalize  y, evaluated in double and rounded once.
+// Both layouts are handled natively, never transposed, by one of two schedules:
+//   rows  a row-major matrix whose columns each belong to one channel: channels last [R, C]
+//         (short rows folded several to one), or channels first [N, C * S] with planes too short
+//         to fill a vector.
+//   runs  channels first: each channel's planes, cut into pieces of at most kMaxRunLength.
+// Determinism: units depend on the shape only, each writes its own parts, and the parts are
+// combined per channel in unit order. The thread count changes which thread runs a unit, never
+// the bits of the result; every instruction set's loops compute the same lanes in the same order.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cc/core/bn_forward.h"
+#include "cc/core/cpu/cpu_sweeps.h"
+#include "cc/core/cpu/forward_loops.h"
+#include "cc/core/cpu/streaming_stores.h"
+#include "cc/core/ieee_arithmetic.h"
+
+namespace fbn {
+namespace {
+
+// A moments tile about this large: its second pass reads it from the L2 cache.
+constexpr int64_t kMomentsTileBytes = int64_t{64} << 10;
+// Columns of a rows tile (a multiple of 16, the loops' vector).
+constexpr int64_t kMaxTileColumns = 256;
+// A rows tile has at least this many rows (or all of them), so that its parts (two doubles per
+// column) stay small next to its data.
+constexpr int64_t kMinTileRows = 64;
+// Channels-last rows narrower than this are folded, several rows into one.
+constexpr int64_t kMinFoldedWidth = 64;
+// Channels-first planes shorter than this take the rows schedule: a run would fill too few of
+// a vector's lanes.
+constexpr int64_t kShortPlane = 16;
+// A run is at most this long; a unit of runs holds about kRunsUnitElements elements of one
+// channel, in at most kMaxRunsPerUnit runs.
+constexpr int64_t kMaxRunLength = int64_t{1} << 15;
+constexpr int64_t kRunsUnitElements = int64_t{1} << 15;
+constexpr int64_t kMaxRunsPerUnit = 256;
+// Calls this small run on the calling thread: a pool dispatch would cost more than the work.
+constexpr int64_t kInlineElements = int64_t{1} << 15;
+// Rough cycles per element, for the pool's cost model.
+constexpr int64_t kCyclesPerElement = 3;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+// One call: the inputs, the loops for this CPU, y's coefficients per channel, and the step
+// both schedules share, a channel's outputs from its moments.
+template <typename T>
+class ForwardCall {
+ public:
+  ForwardCall(const ForwardParams& params, const ForwardTensors<T>& t,
+              const ParallelFor& parallel_for, const CpuForwardLoops<T>& loops,
+              int64_t streaming_footprint)
+      : t(t),
+        loops(loops),
+        s(params.shape.canonical()),
+        params_(params),
+        parallel_for_(parallel_for),
+        streaming_footprint_(streaming_footprint),
+        coefficients_(s.channels) {}
+
+  // Channel c's outputs and y's coefficients; training from its combined moments.
+  void Finish(int64_t c, const ChannelMoments& m) {
+    double mean, variance;
+    MeanAndVariance(m, &mean, &variance);
+    coefficients_[c] = FinishForwardChannel(params_, t, c, m.count, mean, variance);
+  }
+  // Inference: every channel's outputs and coefficients from the given statistics.
+  void FinishInference() {
+    for (int64_t c = 0; c < s.channels; ++c) {
+      coefficients_[c] = FinishForwardChannel(params_, t, c, static_cast<double>(s.rest()),
+                                              static_cast<double>(t.mean[c]),
+                                              static_cast<double>(t.variance[c]));
+    }
+  }
+  const NormalizeCoefficients& coefficients(int64_t c) const { return coefficients_[c]; }
+  bool training() const { return params_.is_training; }
+
+  // Training: moments(u) for every unit, then finish() once, then normalize(u) for every unit.
+  // Inference: finish(), then normalize(u) for every unit.
+  void Run(int64_t units, int64_t unit_elements, const UnitFn& moments,
+           const std::function<void()>& finish, const UnitFn& normalize) {
+    const SweepPlan plan{units, unit_elements * kCyclesPerElement,
+                         s.elements() <= kInlineElements};
+    if (!training()) {
+      finish();
+      return RunSweeps(parallel_for_, plan, normalize);
+    }
+    RunSweeps(parallel_for_, plan, moments, finish, normalize);
+  }
+
+  // Whether y is written with non-temporal stores (streaming_stores.h): not in place (x's lines
+  // are in the cache), and only where every row or run starts a cache line, since only
+  // aligned vectors stream.
+  bool StreamY(int64_t row_elements) const {
+    constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
+    if (t.y == t.x || reinterpret_cast<uintptr_t>(t.y) % 64 != 0) return false;
+    if (row_elements % kLineElements != 0) return false;
+    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > streaming_footprint_;
+  }
+
+  const ForwardTensors<T>& t;
+  const CpuForwardLoops<T>& loops;
+  const Shape s;  // canonical
+
+ private:
+  const ForwardParams& params_;
+  const ParallelFor& parallel_for_;
+  const int64_t streaming_footprint_;
+  std::vector<NormalizeCoefficients> coefficients_;
+};
+
+// The rows schedule. The matrix is [rows, width]; channel c owns columns
+// c * first + i * step for i < per_channel, and channel_of(j) maps back. Channels-last rows
+// folded `fold` to one leave R % fold rows of C columns after the matrix (left_rows).
+template <typename T>
+void RunRows(ForwardCall<T>& call) {
+  const Shape& s = call.s;
+  const int64_t C = s.channels;
+  int64_t rows, width, first, step, per_channel, left_rows = 0;
+  if (s.channels_last) {
+    const int64_t fold = std::max<int64_t>(1, std::min(kMinFoldedWidth / C, s.rest()));
+    rows = s.rest() / fold;
+    left_rows = s.rest() - rows * fold;
+    width = fold * C;
+    first = 1, step = C, per_channel = fold;
+  } else {
+    rows = s.batch;
+    width = C * s.spatial;
+    first = s.spatial, step = 1, per_channel = s.spatial;
+  }
+  auto channel_of = [&](int64_t j) { return s.channels_last ? j % C : j / s.spatial; };
+
+  const int64_t tile_columns = std::min(width, kMaxTileColumns);
+  const int64_t column_tiles = CeilDiv(width, tile_columns);
+  const int64_t tile_rows = std::min(
+      rows, std::max(kMinTileRows, kMomentsTileBytes / (tile_columns * int64_t{sizeof(T)})));
+  const int64_t row_tiles = rows == 0 ? 0 : CeilDiv(rows, tile_rows);
+  const int64_t tiles = row_tiles * column_tiles;
+  const int64_t units = tiles + (left_rows > 0 ? 1 : 0);
+
+  // Parts: Σ x and the squared deviations per row tile and column, then the left rows' C.
+  std::vector<double> sums((row_tiles + 1) * width), m2s((row_tiles + 1) * width);
+  const int64_t padded = RoundUp(width, 16);
+  std::vector<double> mean(padded), scale_inv_std(padded), offset(padded);
+  const NormalizeColumns columns{mean.data(), scale_inv_std.data(), offset.data()};
+  const bool stream = call.StreamY(width) && (left_rows == 0 || call.StreamY(C));
+
+  auto tile = [&](int64_t u, int64_t* r0, int64_t* nrows, int64_t* j0, int64_t* ncols) {
+    *r0 = (u / column_tiles) * tile_rows;
+    *nrows = std::min(tile_rows, rows - *r0);
+    *j0 = (u % column_tiles) * tile_columns;
+    *ncols = std::min(tile_columns, width - *j0);
+  };
+  const T* left_x = call.t.x + rows * width;
+  T* left_y = call.t.y + rows * width;
+  double* left_sums = sums.data() + row_tiles * width;
+  double* left_m2s = m2s.data() + row_tiles * width;
+
+  auto moments = [&](int64_t u) {
+    if (u == tiles) return call.loops.moments_rows(left_x, C, left_rows, C, left_sums, left_m2s);
+    int64_t r0, nrows, j0, ncols;
+    tile(u, &r0, &nrows, &j0, &ncols);
+    const int64_t part = (u / column_tiles) * width + j0;
+    call.loops.moments_rows(call.t.x + r0 * width + j0, width, nrows, ncols, &sums[part],
+                            &m2s[part]);
+  };
+  auto finish = [&] {
+    if (call.training()) {
+      const int64_t parts = row_tiles * per_channel;
+      for (int64_t c = 0; c < C; ++c) {
+        call.Finish(c, CombineMoments(parts + (left_rows > 0 ? 1 : 0), [&](int64_t i) {
+          if (i == parts) {
+            return ChannelMoments{static_cast<double>(left_rows), left_sums[c], left_m2s[c]};
+          }
+          const int64_t rt = i / per_channel;
+          const int64_t j = rt * width + c * first + (i % per_channel) * step;
+          return ChannelMoments{static_cast<double>(std::min(tile_rows, rows - rt * tile_rows)),
+                         sums[j], m2s[j]};
+        }));
+      }
+    } else {
+      call.FinishInference();
+    }
+    for (int64_t j = 0; j < width; ++j) {
+      const NormalizeCoefficients& k = call.coefficients(channel_of(j));
+      mean[j] = k.mean;
+      scale_inv_std[j] = k.scale_inv_std;
+      offset[j] = k.offset;
+    }
+  };
+  auto normalize = [&](int64_t u) {
+    if (u == tiles) {
+      return call.loops.normalize_rows(left_x, left_y, C, left_rows, C, columns, stream);
+    }
+    int64_t r0, nrows, j0, ncols;
+    tile(u, &r0, &nrows, &j0, &ncols);
+    const NormalizeColumns k{mean.data() + j0, scale_inv_std.data() + j0, offset.data() + j0};
+    call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
+                              nrows, ncols, k, stream);
+  };
+  call.Run(units, tile_rows * tile_columns, moments, finish, normalize);
+}
+
+// The runs schedule: channel c's runs in (n, piece) order, at most kMaxRunsPerUnit of them to a unit; a
+// unit combines its runs' moments into one part, and the channel its units' parts.
+template <typename T>
+void RunRuns(ForwardCall<T>& call) {
+  const Shape& s = call.s;
+  const int64_t C = s.channels, S = s.spatial;
+  const int64_t piece = std::min(S, kMaxRunLength);
+  const int64_t pieces = CeilDiv(S, piece);  // per plane
+  const int64_t runs = s.batch * pieces;     // per channel
+  const int64_t runs_per_unit =
+      std::max<int64_t>(1, std::min(kMaxRunsPerUnit, kRunsUnitElements / piece));
+  const int64_t blocks = CeilDiv(runs, runs_per_unit);  // units per channel
+  std::vector<ChannelMoments> parts(C * blocks);
+  const bool stream = call.StreamY(S) && piece % 16 == 0;
+
+  // Run k of channel c: its first element and length.
+  auto run = [&](int64_t c, int64_t k, int64_t* length) {
+    const int64_t n = k / pieces, p = k % pieces;
+    *length = std::min(piece, S - p * piece);
+    return (n * C + c) * S + p * piece;
+  };
+  auto moments = [&](int64_t u) {
+    const int64_t c = u / blocks, k0 = (u % blocks) * runs_per_unit;
+    const int64_t count = std::min(runs_per_unit, runs - k0);
+    ChannelMoments own[kMaxRunsPerUnit];
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t length;
+      const int64_t at = run(c, k0 + i, &length);
+      own[i].count = static_cast<double>(length);
+      call.loops.moments_run(call.t.x + at, length, &own[i].sum, &own[i].m2);
+    }
+    parts[u] = CombineMoments(count, [&](int64_t i) { return own[i]; });
+  };
+  auto finish = [&] {
+    if (!call.training()) return call.FinishInference();
+    for (int64_t c = 0; c < C; ++c) {
+      call.Finish(c, CombineMoments(blocks, [&](int64_t b) { return parts[c * blocks + b]; }));
+    }
+  };
+  auto normalize = [&](int64_t u) {
+    const int64_t c = u / blocks, k0 = (u % blocks) * runs_per_unit;
+    const int64_t count = std::min(runs_per_unit, runs - k0);
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t length;
+      const int64_t at = run(c, k0 + i, &length);
+      call.loops.normalize_run(call.t.x + at, call.t.y + at, length, call.coefficients(c),
+                               stream);
+    }
+  };
+  call.Run(C * blocks, runs_per_unit * piece, moments, finish, normalize);
+}
+
+}  // namespace
+
+template <typename T>
+void BatchNormForwardCpuWithLoops(const ForwardParams& params, const ForwardTensors<T>& t,
+                                  const ParallelFor& parallel_for,
+                                  const CpuForwardLoops<T>& loops, int64_t streaming_footprint) {
+  ScopedIeeeArithmetic ieee;
+  ForwardCall<T> call(params, t, parallel_for, loops, streaming_footprint);
+  const Shape& s = call.s;
+  if (s.elements() == 0) {
+    for (int64_t c = 0; c < s.channels; ++c) FinishEmptyChannel(t, c);
+    return;
+  }
+  if (s.channels_last || s.spatial < kShortPlane) return RunRows(call);
+  RunRuns(call);
+}
+
+template <typename T>
+void BatchNormForwardCpu(const ForwardParams& params, const ForwardTensors<T>& t,
+                         const ParallelFor& parallel_for) {
+  BatchNormForwardCpuWithLoops(params, t, parallel_for, ForwardLoopsFor<T>(ActiveCpuIsa()),
+                               StreamingFootprintBytes());
+}
+
+#define FBN_INSTANTIATE_FORWARD_CPU(T)                                                    \
+  template void BatchNormForwardCpu<T>(const ForwardParams&, const ForwardTensors<T>&,    \
+                                       const ParallelFor&);                               \
+  template void BatchNormForwardCpuWithLoops<T>(const ForwardParams&,                     \
+                                                const ForwardTensors<T>&, const ParallelFor&, \
+                                                const CpuForwardLoops<T>&, int64_t);
+FBN_INSTANTIATE_FORWARD_CPU(float)
+FBN_INSTANTIATE_FORWARD_CPU(Half)
+FBN_INSTANTIATE_FORWARD_CPU(BFloat16)
+#undef FBN_INSTANTIATE_FORWARD_CPU
+
+}  // namespace fbn

@@ -1,0 +1,118 @@
+// The forward's loops on cpu_simd.h's vectors. No include guard on purpose: each
+// cpu_loops_<isa>.cc includes this file once, after cpu_loops_impl.h, inside its own namespace
+// and under its own target (see cpu_simd.h).
+
+struct DivideParts {
+  template <typename P>
+  FBN_INLINE P operator()(const P& x, const P& y) const { return x / y; }
+};
+
+// d with lanes [n, kLanes) set to zero.
+FBN_INLINE Doubles FirstLanesOf(Doubles d, int n) {
+  for (int l = n; l < kLanes; ++l) d.part[l / kDoublePartLanes][l % kDoublePartLanes] = 0.0;
+  return d;
+}
+
+FBN_INLINE void StoreDoublesUpTo(double* p, const Doubles& d, int n) {
+  if (n == kLanes) return StoreDoubles(p, d);
+  for (int l = 0; l < n; ++l) p[l] = d.part[l / kDoublePartLanes][l % kDoublePartLanes];
+}
+
+template <typename T>
+FBN_INLINE Doubles LoadWidened(const T* p, int n) {
+  return ToDoubles(LoadUpTo(p, n));
+}
+
+// The first n lanes of v rounded once to T and stored. 16-bit types go through float rounded
+// to odd (float16_convert.h), so the second rounding gives the nearest T to the double.
+template <typename T>
+FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
+  Floats f;
+  if constexpr (std::is_same_v<T, float>) {
+    f = ToFloats(v);
+  } else {
+    double lanes[kLanes];
+    float odd[kLanes];
+    StoreDoubles(lanes, v);
+    for (int l = 0; l < kLanes; ++l) odd[l] = DoubleToFloatRoundToOdd(lanes[l]);
+    f = Load(odd);
+  }
+  if (stream) {
+    StoreStreaming(p, f, n);
+  } else {
+    StoreUpTo(p, f, n);
+  }
+}
+
+template <typename T>
+void MomentsRows(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
+                 double* m2) {
+  const Doubles count = BroadcastDoubles(static_cast<double>(rows));
+  for (int64_t j = 0; j < width; j += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+    Doubles s = BroadcastDoubles(0.0);
+    for (int64_t r = 0; r < rows; ++r) s = s + LoadWidened(x + r * stride + j, n);
+    const Doubles mean = PartWise(s, count, DivideParts{});
+    Doubles q = BroadcastDoubles(0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Doubles d = LoadWidened(x + r * stride + j, n) - mean;
+      q = q + d * d;
+    }
+    StoreDoublesUpTo(sum + j, s, n);
+    StoreDoublesUpTo(m2 + j, q, n);
+  }
+}
+
+template <typename T>
+void MomentsRun(const T* x, int64_t length, double* sum, double* m2) {
+  Doubles s = BroadcastDoubles(0.0);
+  for (int64_t i = 0; i < length; i += kLanes) {
+    s = s + LoadWidened(x + i, static_cast<int>(std::min<int64_t>(kLanes, length - i)));
+  }
+  const double total = ReduceLanes(s);
+  const Doubles mean = BroadcastDoubles(total / static_cast<double>(length));
+  Doubles q = BroadcastDoubles(0.0);
+  for (int64_t i = 0; i < length; i += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+    const Doubles d = FirstLanesOf(LoadWidened(x + i, n) - mean, n);
+    q = q + d * d;
+  }
+  *sum = total;
+  *m2 = ReduceLanes(q);
+}
+
+template <typename T>
+void NormalizeRows(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
+                   const NormalizeColumns& k, bool stream_y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < width; j += kLanes) {
+      const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
+      const Doubles v = (LoadWidened(x + r * stride + j, n) - LoadDoubles(k.mean + j)) *
+                            LoadDoubles(k.scale_inv_std + j) +
+                        LoadDoubles(k.offset + j);
+      StoreRounded(y + r * stride + j, v, n, stream_y);
+    }
+  }
+  if (stream_y) FenceStreamingStores();
+}
+
+template <typename T>
+void NormalizeRun(const T* x, T* y, int64_t length, const NormalizeCoefficients& k,
+                  bool stream_y) {
+  const Doubles mean = BroadcastDoubles(k.mean);
+  const Doubles scale_inv_std = BroadcastDoubles(k.scale_inv_std);
+  const Doubles offset = BroadcastDoubles(k.offset);
+  for (int64_t i = 0; i < length; i += kLanes) {
+    const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
+    StoreRounded(y + i, (LoadWidened(x + i, n) - mean) * scale_inv_std + offset, n, stream_y);
+  }
+  if (stream_y) FenceStreamingStores();
+}
+
+template <typename T>
+const CpuForwardLoops<T>* ForwardLoops() {
+  static const CpuForwardLoops<T> loops = {MomentsRows<T>, MomentsRun<T>, NormalizeRows<T>,
+                                           NormalizeRun<T>};
+  return &loops;
+}
+FBN_INSTANTIATE_FORWARD_LOOPS()

@@ -1,0 +1,336 @@
+"""The forward ops (FbnFusedBatchNorm, V2, V3) against TensorFlow's FusedBatchNorm* and a float64
+oracle: op definitions, static shapes, outputs, reserve spaces both gradients read, errors,
+empty input, gradients through them, and the same bits for any thread count (a Keras training
+step too, in TensorFlow's default build).
+
+TensorFlow's kernel here is the stock one (conftest.py turns oneDNN off, as for the gradient
+tests); the thread-count test runs its processes with oneDNN on, TensorFlow's default.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import op_def_registry
+
+import tf_fbn_ops
+from fresh_process import run_python
+
+EPSILON = 1e-3
+VERSIONS = {"V1": ("FbnFusedBatchNorm", "FusedBatchNorm", tf_fbn_ops.fused_batch_norm_forward),
+            "V2": ("FbnFusedBatchNormV2", "FusedBatchNormV2",
+                   tf_fbn_ops.fused_batch_norm_forward_v2),
+            "V3": ("FbnFusedBatchNormV3", "FusedBatchNormV3",
+                   tf_fbn_ops.fused_batch_norm_forward_v3)}
+FORMATS = {"NHWC": (2, 5, 6, 3), "NCHW": (2, 3, 5, 6), "NDHWC": (2, 3, 4, 5, 3),
+           "NCDHW": (2, 3, 3, 4, 5)}
+DTYPES = {"float32": tf.float32, "float16": tf.float16, "bfloat16": tf.bfloat16}
+
+
+def channel_axis(data_format: str) -> int:
+    return 1 if data_format.startswith("NC") else len(data_format) - 1
+
+
+def tf_op(version: str):
+    return getattr(tf.raw_ops, VERSIONS[version][1])
+
+
+def make_inputs(shape, data_format, dtype, offset=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    c = shape[channel_axis(data_format)]
+    x = tf.cast(tf.constant(offset + 3.0 * rng.standard_normal(shape), tf.float32), dtype)
+    scale, off = (tf.constant(rng.uniform(0.5, 2.0, c), tf.float32),
+                  tf.constant(rng.standard_normal(c), tf.float32))
+    mean = tf.constant(offset + rng.standard_normal(c), tf.float32)
+    variance = tf.constant(rng.uniform(4.0, 16.0, c), tf.float32)
+    return x, scale, off, mean, variance
+
+
+def oracle(x, scale, offset, mean, variance, data_format, is_training, factor):
+    """The five outputs in float64 from the (rounded) inputs."""
+    axis = channel_axis(data_format)
+    xs = tf.cast(x, tf.float64).numpy()
+    axes = tuple(a for a in range(xs.ndim) if a != axis)
+    shape = [1] * xs.ndim
+    shape[axis] = -1
+    s, o, m0, v0 = (np.float64(t.numpy()) for t in (scale, offset, mean, variance))
+    eps = np.float64(np.float32(EPSILON))
+    if is_training:
+        n = xs.size // xs.shape[axis]
+        m = xs.mean(axis=axes)
+        v = ((xs - m.reshape(shape)) ** 2).mean(axis=axes)
+        unbiased = v * (n / (n - 1) if n > 1 else 1.0)
+        f = np.float64(np.float32(factor))
+        out1, out2 = (m, unbiased) if factor == 1.0 else ((1 - f) * m0 + f * m,
+                                                          (1 - f) * v0 + f * unbiased)
+    else:
+        m, v = m0, v0
+        out1, out2 = m0, v0
+    y = (xs - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps) * s.reshape(shape) + \
+        o.reshape(shape)
+    return [y, out1, out2, m, v]
+
+
+def max_error(got, want) -> float:
+    return float(np.max(np.abs(tf.cast(got, tf.float64).numpy() - want), initial=0.0))
+
+
+def half_ulp(dtype, magnitude: float) -> float:
+    bits = {tf.float32: 24, tf.float16: 11, tf.bfloat16: 8}[dtype]
+    return 2.0 ** (np.floor(np.log2(max(magnitude, 1e-30))) - bits)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_op_def_equals_tensorflow(version: str) -> None:
+    tf_fbn_ops.load_library()
+    ours, theirs = (op_def_registry.get(name) for name in VERSIONS[version][:2])
+    copy = type(ours)()
+    copy.CopyFrom(ours)
+    copy.name = theirs.name
+    assert copy == theirs
+
+
+def _cases() -> list:
+    return list(_case_params())
+
+
+def _case_params():
+    for version in VERSIONS:
+        for data_format in FORMATS:
+            if len(data_format) == 5 and version != "V3":
+                continue
+            for dtype in (["float32"] if version == "V1" else DTYPES):
+                for mode in ("train", "train_factor", "infer"):
+                    yield pytest.param(version, data_format, dtype, mode,
+                                       id=f"{version}-{data_format}-{dtype}-{mode}")
+
+
+@pytest.mark.parametrize("version,data_format,dtype,mode", _cases())
+@pytest.mark.parametrize("x_offset", [0.0, 300.0], ids=["centred", "offset300"])
+def test_outputs_at_least_as_accurate_as_tensorflow(version, data_format, dtype, mode,
+                                                     x_offset) -> None:
+    dtype = DTYPES[dtype]
+    x, scale, offset, mean, variance = make_inputs(FORMATS[data_format], data_format, dtype,
+                                                   x_offset)
+    is_training = mode != "infer"
+    factor = 0.3 if mode == "train_factor" else 1.0
+    kwargs = dict(x=x, scale=scale, offset=offset, mean=mean, variance=variance,
+                  epsilon=EPSILON, exponential_avg_factor=factor, data_format=data_format,
+                  is_training=is_training)
+    ours = VERSIONS[version][2](**kwargs)
+    theirs = tf_op(version)(**kwargs)
+    want = oracle(x, scale, offset, mean, variance, data_format, is_training, factor)
+    assert ours.y.dtype == dtype and ours.y.shape == x.shape
+    for k in range(3 if not is_training else 5):
+        out_dtype = dtype if k == 0 else tf.float32
+        ours_error = max_error(ours[k], want[k])
+        tf_error = max_error(theirs[k], want[k])
+        bound = max(tf_error, half_ulp(out_dtype, float(np.max(np.abs(want[k])))))
+        assert ours_error <= bound * (1 + 1e-9), (k, ours_error, tf_error)
+    if not is_training:  # the given statistics, where TensorFlow's CPU kernel leaves garbage
+        np.testing.assert_array_equal(ours.reserve_space_1.numpy(), mean.numpy())
+        np.testing.assert_array_equal(ours.reserve_space_2.numpy(), variance.numpy())
+    if version == "V3":
+        assert ours.reserve_space_3.shape == [] and float(ours.reserve_space_3) == 0.0
+
+
+@pytest.mark.parametrize("version", ["V2", "V3"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_tensorflow_gradient_reads_our_reserve_spaces(version, data_format) -> None:
+    """TensorFlow's own gradient op given our forward's reserve spaces and given its own: the
+    same answer (ours saves the mean and biased variance, TensorFlow's CPU contract)."""
+    x, scale, offset, mean, variance = make_inputs(FORMATS[data_format], data_format,
+                                                   tf.float32, seed=3)
+    dy = tf.constant(np.random.default_rng(4).standard_normal(x.shape), tf.float32)
+    kwargs = dict(x=x, scale=scale, offset=offset, mean=mean, variance=variance,
+                  epsilon=EPSILON, data_format=data_format)
+    grads = []
+    for out in (VERSIONS[version][2](**kwargs), tf_op(version)(**kwargs)):
+        grad_op = getattr(tf.raw_ops, "FusedBatchNormGrad" + version)
+        extra = {"reserve_space_3": out.reserve_space_3} if version == "V3" else {}
+        grads.append(grad_op(y_backprop=dy, x=x, scale=scale, reserve_space_1=out.reserve_space_1,
+                             reserve_space_2=out.reserve_space_2, epsilon=EPSILON,
+                             data_format=data_format, **extra)[:3])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("is_training", [True, False])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_gradient_through_the_forward_op(is_training, data_format) -> None:
+    """tf.GradientTape through our forward: our gradient op, matching TensorFlow's pair."""
+    x, scale, offset, mean, variance = make_inputs(FORMATS[data_format], data_format,
+                                                   tf.float32, seed=5)
+    w = tf.constant(np.random.default_rng(6).standard_normal(x.shape), tf.float32)
+    kwargs = dict(mean=mean, variance=variance, epsilon=EPSILON, data_format=data_format,
+                  is_training=is_training)
+    results = []
+    for forward in (tf_fbn_ops.fused_batch_norm_forward_v3, tf.raw_ops.FusedBatchNormV3):
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, offset])
+            y = forward(x=x, scale=scale, offset=offset, **kwargs)[0]
+            loss = tf.reduce_sum(y * w)
+        results.append(tape.gradient(loss, [x, scale, offset]))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_static_shapes_equal_tensorflow(version: str) -> None:
+    data_format = "NCDHW" if version == "V3" else "NCHW"
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3, None, 4, 5][:len(data_format)]),
+                                  tf.TensorSpec([None]), tf.TensorSpec([3])])
+    def shapes(x, scale, offset):
+        empty = tf.constant([], tf.float32)
+        kwargs = dict(x=x, scale=scale, offset=offset, mean=empty, variance=empty,
+                      data_format=data_format)
+        ours = VERSIONS[version][2](**kwargs)
+        theirs = tf_op(version)(**kwargs)
+        for a, b in zip(ours, theirs):
+            assert a.shape.rank == b.shape.rank
+            if a.shape.rank is not None:
+                assert a.shape.as_list() == b.shape.as_list()
+        return tf.constant(0)
+
+    shapes.get_concrete_function()
+
+
+def _normalized(message: str) -> str:
+    """The op name normalized, and the " name: " that generated wrappers append when given
+    name=None (TensorFlow's own FusedBatchNorm* wrappers do not) dropped: the kernels' text."""
+    return re.sub(r" name: $", "", re.sub(r"FbnFusedBatchNorm", "FusedBatchNorm", message))
+
+
+def _outcome(fn, kwargs):
+    try:
+        return "ok", [t.numpy() for t in fn(**kwargs)]
+    except (tf.errors.OpError, ValueError, TypeError) as e:
+        return type(e), _normalized(getattr(e, "message", str(e)))
+
+
+def _bad(version="V3", shape=(2, 4, 5, 3), scale=(3,), offset=(3,), mean=(0,), variance=(0,),
+         **attrs):
+    rng = np.random.default_rng(0)
+    per_channel = tf.float32
+
+    def t(s):
+        return tf.constant(np.abs(rng.standard_normal(s)) + 0.5, per_channel)
+
+    return version, dict(x=t(shape), scale=t(scale), offset=t(offset), mean=t(mean),
+                         variance=t(variance), **attrs)
+
+
+BAD = {
+    "x_rank3": _bad(shape=(4, 5, 3)),
+    "x_rank6": _bad(shape=(1, 2, 2, 4, 5, 3)),
+    "scale_rank2": _bad(scale=(1, 3)),
+    "offset_rank0": _bad(offset=()),
+    "mean_rank2_in_training": _bad(mean=(1, 3)),
+    "variance_rank0_in_training": _bad(variance=()),
+    "scale_size": _bad(scale=(4,)),
+    "offset_size": _bad(offset=(2,)),
+    "mean_size_inference": _bad(mean=(4,), variance=(3,), is_training=False),
+    "variance_size_inference": _bad(mean=(3,), variance=(2,), is_training=False),
+    "mean_size_factor": _bad(mean=(2,), variance=(3,), exponential_avg_factor=0.5),
+    "variance_size_factor": _bad(mean=(3,), variance=(5,), exponential_avg_factor=0.5),
+    "scale_before_offset": _bad(scale=(4,), offset=(1, 2)),
+    "v1_rank3": _bad("V1", shape=(4, 5, 3)),
+    "v2_offset_size": _bad("V2", offset=(7,)),
+    "any_mean_size_in_training": _bad(mean=(7,), variance=(1,)),
+    "v1_5d_as_nhwc": _bad("V1", shape=(2, 2, 4, 5, 3)),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_bad_inputs_fail_like_tensorflow(case: str) -> None:
+    version, kwargs = BAD[case]
+    ours = _outcome(VERSIONS[version][2], kwargs)
+    theirs = _outcome(tf_op(version), kwargs)
+    if theirs[0] == "ok":
+        assert ours[0] == "ok", ours
+        for a, b in zip(ours[1][:3], theirs[1][:3]):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    else:
+        assert ours == theirs
+
+
+@pytest.mark.parametrize("data_format", FORMATS)
+@pytest.mark.parametrize("is_training", [True, False])
+def test_empty_input(data_format, is_training) -> None:
+    shape = list(FORMATS[data_format])
+    shape[0] = 0
+    x = tf.zeros(shape, tf.float32)
+    c = shape[channel_axis(data_format)]
+    stats = tf.ones([c], tf.float32)
+    out = tf_fbn_ops.fused_batch_norm_forward_v3(
+        x, stats, stats, stats, stats, data_format=data_format, is_training=is_training,
+        exponential_avg_factor=0.5)
+    assert out.y.shape == x.shape
+    assert np.isnan(out.batch_mean.numpy()).all() and np.isnan(out.batch_variance.numpy()).all()
+    assert (out.reserve_space_1.numpy() == 0).all() and (out.reserve_space_2.numpy() == 0).all()
+
+
+def test_single_element_per_channel_gives_zero_variance() -> None:
+    x = tf.constant([[[[1.0, 2.0, 3.0]]]])
+    out = tf_fbn_ops.fused_batch_norm_forward_v3(x, tf.ones([3]), tf.zeros([3]),
+                                                 tf.constant([]), tf.constant([]))
+    theirs = tf.raw_ops.FusedBatchNormV3(x=x, scale=tf.ones([3]), offset=tf.zeros([3]),
+                                         mean=tf.constant([]), variance=tf.constant([]))
+    np.testing.assert_array_equal(out.batch_variance.numpy(), theirs.batch_variance.numpy())
+    np.testing.assert_array_equal(out.y.numpy(), theirs.y.numpy())
+
+
+def test_large_offset_keeps_the_variance() -> None:
+    """x about 1e4 with std 1: our variance exact to a float rounding."""
+    rng = np.random.default_rng(7)
+    x64 = np.float32(1e4 + rng.standard_normal((64, 14, 14, 8)))
+    out = tf_fbn_ops.fused_batch_norm_forward_v3(tf.constant(x64), tf.ones([8]), tf.zeros([8]),
+                                                 tf.constant([]), tf.constant([]))
+    exact = np.float64(x64).reshape(-1, 8).var(axis=0)
+    np.testing.assert_allclose(out.reserve_space_2.numpy(), exact, rtol=2 ** -23)
+
+
+_THREADS_SCRIPT = """
+import hashlib, numpy as np, tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads({threads})
+tf.config.threading.set_inter_op_parallelism_threads(1)
+import keras, tf_fbn_ops
+from tf_fbn_ops.keras import BatchNormalization
+digest = hashlib.sha256()
+rng = np.random.default_rng(0)
+for shape, fmt in [((32, 28, 28, 128), "NHWC"), ((8, 64, 14, 14), "NCHW")]:
+    x = tf.constant(rng.standard_normal(shape) * 2 + 1, tf.float32)
+    out = tf_fbn_ops.fused_batch_norm_forward_v3(x, tf.ones([shape[-1] if fmt == "NHWC" else
+        shape[1]]), tf.zeros([shape[-1] if fmt == "NHWC" else shape[1]]), tf.constant([]),
+        tf.constant([]), data_format=fmt)
+    for t in out[:5]:
+        digest.update(t.numpy().tobytes())
+layer = BatchNormalization()
+x = tf.constant(rng.standard_normal((32, 28, 28, 128)), tf.float32)
+w = tf.constant(rng.standard_normal((32, 28, 28, 128)), tf.float32)
+layer.build(x.shape)
+opt = keras.optimizers.SGD(0.1)
+for _ in range(2):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x, training=True) * w)
+    grads = tape.gradient(loss, layer.trainable_variables)
+    opt.apply_gradients(zip(grads, layer.trainable_variables))
+for v in layer.weights:
+    digest.update(v.numpy().tobytes())
+print(digest.hexdigest())
+"""
+
+
+def test_forward_and_keras_training_step_same_bits_for_1_2_3_threads() -> None:
+    """TensorFlow's default build (oneDNN on), where its own forward changes with the threads."""
+    digests = {}
+    for threads in (1, 2, 3):
+        result = run_python(_THREADS_SCRIPT.format(threads=threads), TF_ENABLE_ONEDNN_OPTS="1")
+        assert result.returncode == 0, result.stderr[-3000:]
+        digests[threads] = result.stdout.strip().splitlines()[-1]
+    assert len(digests[1]) == 64
+    assert digests[1] == digests[2] == digests[3], digests
