@@ -153,8 +153,8 @@ arm64-core-test:
 $(GPU_TEST): $(CC_FILES)
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc $(CORE_CUDA_SOURCES) \
-	    cc/tests/gpu_core_test.cu -o $@
+	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_forward_reference.cc \
+	    $(CORE_CUDA_SOURCES) cc/tests/gpu_core_test.cu -o $@
 
 ## the CUDA core's test (nvcc; SKIP without a GPU, a failure with FBN_REQUIRE_GPU=1)
 gpu-test: $(GPU_TEST)
@@ -172,7 +172,8 @@ $(GPU_EMU_TEST): $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
 	    -Icc/tests/gpu_emulator -x c++ $(CORE_CUDA_SOURCES) cc/tests/gpu_core_test.cu \
-	    -x none cc/core/bn_grad_reference.cc cc/tests/gpu_emulator/emulator.cc -o $@
+	    -x none cc/core/bn_grad_reference.cc cc/core/bn_forward_reference.cc \
+	    cc/tests/gpu_emulator/emulator.cc -o $@
 
 ## the CUDA source and its test on the host emulator under ASan+UBSan (no GPU, no nvcc)
 gpu-emu-test: $(GPU_EMU_TEST)

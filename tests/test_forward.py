@@ -294,6 +294,23 @@ def test_large_offset_keeps_the_variance() -> None:
     np.testing.assert_allclose(out.reserve_space_2.numpy(), exact, rtol=2 ** -23)
 
 
+@pytest.mark.parametrize("is_training", [True, False])
+def test_vectorized_map_equals_a_loop(is_training) -> None:
+    """tf.vectorized_map over the V3 forward (TensorFlow's own converter, as for its op)."""
+    rng = np.random.default_rng(8)
+    xs = tf.constant(rng.standard_normal((3, 2, 4, 4, 5)), tf.float32)
+    scale, offset = tf.constant(rng.uniform(0.5, 2, 5), tf.float32), tf.zeros([5])
+    mean, variance = tf.zeros([5]), tf.ones([5])
+
+    def one(x):
+        return tf_fbn_ops.fused_batch_norm_forward_v3(x, scale, offset, mean, variance,
+                                                      is_training=is_training)[0]
+
+    vectorized = tf.vectorized_map(one, xs, fallback_to_while_loop=False)
+    looped = tf.stack([one(x) for x in xs])
+    np.testing.assert_allclose(vectorized.numpy(), looped.numpy(), rtol=1e-6, atol=1e-6)
+
+
 _THREADS_SCRIPT = """
 import hashlib, numpy as np, tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads({threads})

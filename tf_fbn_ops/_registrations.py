@@ -31,14 +31,18 @@ def _register_gradients() -> None:
 
 def _register_vectorization() -> None:
     """tf.vectorized_map: the loop dimension is folded into the channel dimension, exactly as
-    TensorFlow does for FusedBatchNormGradV3 (its converter is generic over the op type). The
-    rule holds for V1 and V2 too, whose inputs have the same layout."""
+    TensorFlow does for FusedBatchNormGradV3 and FusedBatchNormV3 (its converters are generic
+    over the op type). The gradient rule holds for V1 and V2 too, whose inputs have the same
+    layout; the forward rule returns V3's six outputs, so it is V3's only, as in TensorFlow."""
     from tensorflow.python.ops.parallel_for import pfor  # noqa: PLC0415
 
     convert = getattr(pfor, "_convert_fused_batch_norm_grad", None)
     if convert is not None:  # present in every TensorFlow this project builds against
         for op_type in SHIM_OPS:
             pfor.RegisterPFor(op_type)(convert)
+    convert_forward = getattr(pfor, "_convert_fused_batch_norm", None)
+    if convert_forward is not None:
+        pfor.RegisterPFor("FbnFusedBatchNormV3")(convert_forward)
 
 
 def register_all() -> None:

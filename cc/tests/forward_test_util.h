@@ -1,8 +1,9 @@
-// Helpers shared by the forward core's test programs (core_forward_test.cc, core_digest.cc):
-// a case, its random inputs and host output buffers.
+// Helpers shared by the forward core's test programs (core_forward_test.cc, core_digest.cc,
+// gpu_core_test.cu): cases, their random inputs, host output buffers, the statistics' measure.
 #ifndef TF_FBN_OPS_CC_TESTS_FORWARD_TEST_UTIL_H_
 #define TF_FBN_OPS_CC_TESTS_FORWARD_TEST_UTIL_H_
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -11,6 +12,7 @@
 
 #include "cc/core/bn_forward.h"
 #include "cc/core/float16_convert.h"
+#include "cc/tests/test_util.h"
 
 namespace fbn {
 namespace testing {
@@ -103,6 +105,46 @@ struct ForwardOutputs {
            same(saved_variance, o.saved_variance);
   }
 };
+
+inline std::vector<ForwardCase> ForwardCases() {
+  std::vector<ForwardCase> cases;
+  std::vector<Shape> shapes;
+  for (const Case& k : TestCases()) shapes.push_back(k.shape);
+  // Every schedule of bn_forward_cpu.cc: planes shorter and longer than a vector, runs cut into
+  // pieces, wide rows in several column tiles, folded rows with a remainder, tall rows tiles.
+  for (Shape s : std::vector<Shape>{{4, 300, 15, false}, {3, 5, 16, false}, {2, 2, 70000, false},
+                                    {2, 700, 3, true}, {1000, 7, 9, true}, {700, 19, 1, true}}) {
+    shapes.push_back(s);
+  }
+  int i = 0;
+  for (const Shape& s : shapes) {
+    for (bool training : {true, false}) {
+      ForwardCase k{s, training, 0.0f};
+      switch (i++ % 4) {
+        case 1: k.x_mean = 1e4f; break;  // deviations 3e-4 of the values
+        case 2: k.factor = 0.25f; break;
+        case 3: k.save_inv_std = true; break;
+      }
+      cases.push_back(k);
+    }
+  }
+  return cases;
+}
+
+// |got − want| per channel relative to |want|: the statistics are float outputs of double
+// arithmetic, each rounded once, so two of them differ by at most about one float rounding.
+inline bool ChannelsClose(const std::vector<float>& got, const std::vector<float>& want) {
+  for (size_t c = 0; c < got.size(); ++c) {
+    if (std::isnan(got[c]) || std::isnan(want[c])) {
+      if (std::isnan(got[c]) != std::isnan(want[c])) return false;
+      continue;
+    }
+    if (std::fabs(static_cast<double>(got[c]) - want[c]) > 0x1p-22 * std::fabs(want[c])) {
+      return false;
+    }
+  }
+  return true;
+}
 
 }  // namespace testing
 }  // namespace fbn

@@ -24,8 +24,10 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/bn_forward.h"
 #include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/gpu_device_case.h"
+#include "cc/tests/gpu_forward_case.h"
 #include "cc/tests/gpu_presence.h"
 #include "cc/tests/test_util.h"
 
@@ -248,6 +250,50 @@ void RunAll() {
   RunManyChannels<T>();
 }
 
+// The forward kernels against the reference on the CPU test's forward cases (the largest left
+// out under the emulator, for time): every output with garbage before the run, a second run the
+// same bits, in place the same bits; the empty shapes.
+template <typename T>
+void RunForward() {
+  unsigned seed = 500;
+  for (const ForwardCase& k : ForwardCases()) {
+#ifdef FBN_GPU_EMULATOR
+    if (k.shape.elements() > 100000) continue;
+#endif
+    const std::string name = "GPU " + DescribeForward(k, TypeName<T>());
+    ForwardParams p = ParamsOf(k);
+    const ForwardInputs<T> in = MakeForwardInputs<T>(k, seed++);
+    ForwardOutputs<T> ref(k.shape), got(k.shape), again(k.shape), in_place(k.shape);
+    BatchNormForwardReference(p, ref.Bind(in));
+    ForwardDeviceCase<T> device(in, p);
+    const bool ran = device.Run(p, &got) && device.Run(p, &again) &&
+                     device.Run(p, &in_place, /*in_place=*/true);
+    Check(ran, name + ": runs");
+    if (!ran) continue;
+    Check(NormwiseError(got.y, ref.y) <= DxTolerance<T>(), name + ": y vs reference");
+    Check(ChannelsClose(got.batch_mean, ref.batch_mean) &&
+              ChannelsClose(got.batch_variance, ref.batch_variance) &&
+              ChannelsClose(got.saved_mean, ref.saved_mean) &&
+              ChannelsClose(got.saved_variance, ref.saved_variance),
+          name + ": statistics vs reference");
+    Check(again.SameBits(got) && in_place.SameBits(got),
+          name + ": a second run, and one in place, give the same bits");
+  }
+  for (const Shape& s : EmptyShapes()) {
+    const ForwardCase k{s, true, 0.0f, 0.5f};
+    ForwardInputs<T> in;
+    in.scale = in.offset = in.mean = in.variance = std::vector<float>(s.channels, 1.0f);
+    ForwardOutputs<T> got(s);
+    ForwardDeviceCase<T> device(in, ParamsOf(k));
+    bool ok = device.Run(ParamsOf(k), &got);
+    for (int64_t c = 0; c < s.channels; ++c) {
+      ok = ok && std::isnan(got.batch_mean[c]) && std::isnan(got.batch_variance[c]) &&
+           got.saved_mean[c] == 0.0f && got.saved_variance[c] == 0.0f;
+    }
+    Check(ok, "GPU " + DescribeForward(k, TypeName<T>()) + ": empty x");
+  }
+}
+
 #ifndef FBN_GPU_EMULATOR
 // Spins until *release is set, or for at most max_cycles.
 __global__ void SpinUntilReleased(const volatile int* release, long long max_cycles) {
@@ -373,6 +419,9 @@ int main() {
   fbn::RunAll<float>();
   fbn::RunAll<fbn::Half>();
   fbn::RunAll<fbn::BFloat16>();
+  fbn::RunForward<float>();
+  fbn::RunForward<fbn::Half>();
+  fbn::RunForward<fbn::BFloat16>();
   fbn::RunRowBlockClamp();
 #ifdef FBN_GPU_EMULATOR
   std::printf("gpu_core_test: emulated; the stream and large-tensor checks need a GPU\n");

@@ -20,6 +20,21 @@ inline bool CudaOk(cudaError_t e, const char* what) {
   return e == cudaSuccess;
 }
 
+// Device buffers of `count` elements and 16 spare bytes (the shifted buffers still hold `count`
+// elements past their start), and copies in and out; false on a CUDA error (printed).
+template <typename V>
+bool DeviceAlloc(V** p, size_t count) {
+  return CudaOk(cudaMalloc(reinterpret_cast<void**>(p), count * sizeof(V) + 16), "cudaMalloc");
+}
+template <typename V>
+bool CopyIn(V* dst, const V* src, size_t count) {
+  return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyHostToDevice), "copy in");
+}
+template <typename V>
+bool CopyOut(V* dst, const V* src, size_t count) {
+  return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyDeviceToHost), "copy out");
+}
+
 // Every output and the scratch are filled with this byte before each run, so an element the
 // kernels fail to write, or a partial read before it is written, reads as NaN.
 constexpr int kGarbageByte = 0xff;
@@ -128,16 +143,15 @@ class DeviceCase {
  private:
   template <typename V>
   static bool Alloc(V** p, size_t count) {
-    // 16 spare bytes: the shifted buffers still hold `count` elements past their start.
-    return CudaOk(cudaMalloc(reinterpret_cast<void**>(p), count * sizeof(V) + 16), "cudaMalloc");
+    return DeviceAlloc(p, count);
   }
   template <typename V>
   static bool Copy(V* dst, const V* src, size_t count) {
-    return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyHostToDevice), "copy in");
+    return CopyIn(dst, src, count);
   }
   template <typename V>
   static bool Back(V* dst, const V* src, size_t count) {
-    return CudaOk(cudaMemcpy(dst, src, count * sizeof(V), cudaMemcpyDeviceToHost), "copy out");
+    return CopyOut(dst, src, count);
   }
   template <typename V>
   static bool Garbage(V* p, size_t count, cudaStream_t stream) {

@@ -35,6 +35,7 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/gpu/bn_grad_gpu.h"
+#include "cc/core/gpu/gpu_elements.cuh"
 #include "cc/core/gpu/gpu_lane_sum.cuh"
 #include "cc/core/gpu/gpu_launch.cuh"
 
@@ -62,27 +63,6 @@ template <typename T, bool kChannelsLast>
 constexpr int kVector = sizeof(T) == 4 || !kChannelsLast ? 16 / sizeof(T) : 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// Element access: widened to double on load (exactly), rounded once to nearest-even on store.
-__device__ __forceinline__ double Load(float v) { return v; }
-__device__ __forceinline__ double Load(Half v) { return __half2float(__ushort_as_half(v.bits)); }
-__device__ __forceinline__ double Load(BFloat16 v) {
-  return __bfloat162float(__ushort_as_bfloat16(v.bits));
-}
-template <typename T>
-__device__ __forceinline__ T Round(double v);
-template <>
-__device__ __forceinline__ float Round<float>(double v) {
-  return __double2float_rn(v);
-}
-template <>
-__device__ __forceinline__ Half Round<Half>(double v) {
-  return Half{__half_as_ushort(__double2half(v))};
-}
-template <>
-__device__ __forceinline__ BFloat16 Round<BFloat16>(double v) {
-  return BFloat16{__bfloat16_as_ushort(__double2bfloat16(v))};
-}
 
 // V consecutive elements, loaded and stored as one (up to 16-byte) access.
 template <typename T, int V>
