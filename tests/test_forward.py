@@ -338,12 +338,23 @@ for _ in range(2):
     opt.apply_gradients(zip(grads, layer.trainable_variables))
 for v in layer.weights:
     digest.update(v.numpy().tobytes())
+# Keras' default fit: no jit_compile on a CPU-only machine ("auto"), our layer's forward.
+model = keras.Sequential([keras.Input((8, 8, 16)), BatchNormalization(),
+                          keras.layers.GlobalAveragePooling2D()])
+model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+assert not model.jit_compile
+data = rng.standard_normal((64, 8, 8, 16)).astype("float32") * 3 + 2
+target = rng.standard_normal((64, 16)).astype("float32")
+model.fit(data, target, batch_size=16, epochs=2, shuffle=False, verbose=0)
+for v in model.weights:
+    digest.update(v.numpy().tobytes())
 print(digest.hexdigest())
 """
 
 
 def test_forward_and_keras_training_step_same_bits_for_1_2_3_threads() -> None:
-    """TensorFlow's default build (oneDNN on), where its own forward changes with the threads."""
+    """TensorFlow's default build (oneDNN on), where its own forward changes with the threads:
+    the forward op, a tape step of the layer, and Keras' default fit of a model of it."""
     digests = {}
     for threads in (1, 2, 3):
         result = run_python(_THREADS_SCRIPT.format(threads=threads), TF_ENABLE_ONEDNN_OPTS="1")
