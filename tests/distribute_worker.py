@@ -28,15 +28,15 @@ import tf_fbn_ops  # noqa: E402
 from tf_fbn_ops import builtin_override  # noqa: E402
 
 calls = [0]
-shim_gradient = builtin_override._shim_gradient
+shim_gradient = builtin_override.op_gradient
 
 
-def counting_shim_gradient(op, *grads):
+def counting_shim_gradient(library, op, *grads):
     calls[0] += 1
-    return shim_gradient(op, *grads)
+    return shim_gradient(library, op, *grads)
 
 
-builtin_override._shim_gradient = counting_shim_gradient
+builtin_override.op_gradient = counting_shim_gradient  # what enable_shim_gradients installs
 if use_shim:
     tf_fbn_ops.enable_shim_gradients()
 

@@ -164,7 +164,7 @@ def load_library() -> ModuleType:
                 module = _load()
                 from tf_fbn_ops import _registrations  # noqa: PLC0415 - needs TensorFlow
 
-                _registrations.register_all()
+                _registrations.register_all(module)
                 _module = module
     return _module
 

@@ -6,7 +6,11 @@ Registered once, when the library is loaded (see _loader.py).
 
 from __future__ import annotations
 
+import functools
+
 from tensorflow.python.framework import ops
+
+from tf_fbn_ops.forward_gradient import SHIM_FORWARD_OPS, op_gradient
 
 try:  # TensorFlow >= 2.13 keeps the second-order rules in their own module
     from tensorflow.python.ops import nn_fused_batch_norm_grad as _second_order
@@ -16,17 +20,15 @@ except ImportError:
 SHIM_OPS = ("FbnFusedBatchNormGrad", "FbnFusedBatchNormGradV2", "FbnFusedBatchNormGradV3")
 
 
-def _register_gradients() -> None:
+def _register_gradients(library) -> None:
     """TensorFlow's second-order rules read only the op's inputs and attrs, which the shim's
     ops share name for name: training recomputes the batch statistics from x, the reserve
     spaces get no gradient, and V3 returns one more None (for reserve_space_3)."""
     for op_type, rule in zip(SHIM_OPS, ("_FusedBatchNormGradGrad", "_FusedBatchNormGradGradV2",
                                         "_FusedBatchNormGradGradV3")):
         ops.RegisterGradient(op_type)(getattr(_second_order, rule))
-    from tf_fbn_ops.batch_norm import SHIM_FORWARD_OPS, op_gradient  # noqa: PLC0415
-
     for op_type in SHIM_FORWARD_OPS:
-        ops.RegisterGradient(op_type)(op_gradient)
+        ops.RegisterGradient(op_type)(functools.partial(op_gradient, library))
 
 
 def _register_vectorization() -> None:
@@ -45,6 +47,7 @@ def _register_vectorization() -> None:
         pfor.RegisterPFor("FbnFusedBatchNormV3")(convert_forward)
 
 
-def register_all() -> None:
-    _register_gradients()
+def register_all(library) -> None:
+    """Everything, for the op module `library` (just loaded)."""
+    _register_gradients(library)
     _register_vectorization()

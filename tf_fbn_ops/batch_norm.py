@@ -2,9 +2,7 @@
 
 `fused_batch_norm` is ``tf.compat.v1.nn.fused_batch_norm`` on the library's ops: the forward
 ``FbnFusedBatchNormV3`` where it has a kernel (or TensorFlow's ``FusedBatchNormV3``, on request
-or where ours has none), the backward ``FbnFusedBatchNormGradV3``. `op_gradient` is the backward
-of a forward op, TensorFlow's FusedBatchNorm{,V2,V3} or the library's, in terms of the library's
-gradient ops: registered for the library's forward ops and used by `shim_gradients()`.
+or where ours has none), the backward ``FbnFusedBatchNormGradV3`` (`forward_gradient`).
 """
 
 from __future__ import annotations
@@ -14,15 +12,12 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
+from tf_fbn_ops import forward_gradient
 from tf_fbn_ops import ops as shim_ops
+from tf_fbn_ops._loader import load_library
 
 TensorLike = Any
 
-TF_FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
-SHIM_FORWARD_OPS = ("FbnFusedBatchNorm", "FbnFusedBatchNormV2", "FbnFusedBatchNormV3")
-# Version suffix of a forward op -> the shim op computing its gradient.
-_GRADIENT_BY_VERSION = {"": shim_ops.fused_batch_norm_grad, "V2": shim_ops.fused_batch_norm_grad_v2,
-                        "V3": shim_ops.fused_batch_norm_grad_v3}
 # cuDNN's smallest epsilon; tf.compat.v1.nn.fused_batch_norm raises smaller values to it.
 MIN_EPSILON = 1.001e-5
 # Which forward `fused_batch_norm` runs: the library's where it has a kernel ("auto"), always the
@@ -30,50 +25,10 @@ MIN_EPSILON = 1.001e-5
 FORWARDS = ("auto", "tf_fbn_ops", "tensorflow")
 
 
-def _version(forward_type: str) -> str:
-    return forward_type[-2:] if forward_type[-2:] in ("V2", "V3") else ""
-
-
-def forward_op_gradient(forward_type: str, grad_y, x, scale, saved_or_population_mean,
-                        saved_or_population_variance, reserve_space_3, epsilon: float,
-                        data_format: str, is_training: bool):
-    """(dx, dscale, doffset) for a forward op of type `forward_type`, computed by the shim.
-
-    In training mode the statistics are the forward's saved reserve spaces; in inference mode
-    the population mean and variance it was given. No transposes are needed for channels-first
-    inference, unlike TensorFlow's own gradient. The library's forward has CPU kernels only, so
-    its reserve_space_2 holds the CPU contract's variance: its gradient runs on the CPU too, where
-    the gradient op reads a variance (on a GPU it would read an inverse standard deviation).
-    """
-    kwargs = dict(y_backprop=grad_y, x=x, scale=scale, reserve_space_1=saved_or_population_mean,
-                  reserve_space_2=saved_or_population_variance, epsilon=epsilon,
-                  data_format=data_format, is_training=is_training)
-    version = _version(forward_type)
-    if version == "V3":
-        kwargs["reserve_space_3"] = reserve_space_3
-    if forward_type in SHIM_FORWARD_OPS:
-        with tf.device("/device:CPU:0"):
-            return tuple(_GRADIENT_BY_VERSION[version](**kwargs)[:3])
-    return tuple(_GRADIENT_BY_VERSION[version](**kwargs)[:3])
-
-
-def _attr_text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def op_gradient(op, *grads):
-    """The gradient of a forward op (TensorFlow's or the library's) through the shim; no gradient
-    for mean and variance, as TensorFlow's."""
-    is_training = op.get_attr("is_training")
-    if is_training:
-        stats = (op.outputs[3], op.outputs[4])  # saved batch mean and variance / inverse std
-    else:
-        stats = (op.inputs[3], op.inputs[4])  # population mean and variance
-    reserve_space_3 = op.outputs[5] if _version(op.type) == "V3" else None
-    dx, dscale, doffset = forward_op_gradient(
-        op.type, grads[0], op.inputs[0], op.inputs[1], *stats, reserve_space_3,
-        op.get_attr("epsilon"), _attr_text(op.get_attr("data_format")), is_training)
-    return dx, dscale, doffset, None, None
+def forward_op_gradient(*args, **kwargs):
+    """`forward_gradient.forward_op_gradient` on the loaded library (one name for this module's
+    backward passes to call)."""
+    return forward_gradient.forward_op_gradient(load_library(), *args, **kwargs)
 
 
 def shim_forward_available() -> bool:

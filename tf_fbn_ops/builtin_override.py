@@ -14,8 +14,10 @@ from collections.abc import Iterator
 
 from tensorflow.python.framework import ops
 
+import functools
+
 from tf_fbn_ops._loader import load_library
-from tf_fbn_ops.batch_norm import TF_FORWARD_OPS, op_gradient
+from tf_fbn_ops.forward_gradient import TF_FORWARD_OPS, op_gradient
 
 _lock = threading.Lock()
 _saved: dict = {}  # forward op type -> TensorFlow's gradient function, while enabled
@@ -23,13 +25,13 @@ _saved: dict = {}  # forward op type -> TensorFlow's gradient function, while en
 
 def enable_shim_gradients() -> None:
     """From now on, gradients of FusedBatchNorm{,V2,V3} run through the shim's ops."""
-    load_library()
+    gradient = functools.partial(op_gradient, load_library())
     registry = ops._gradient_registry._registry  # noqa: SLF001 - TF has no public override
     with _lock:
         for op_type in TF_FORWARD_OPS:
             if op_type not in _saved:
                 _saved[op_type] = registry[op_type]["type"]
-                registry[op_type]["type"] = op_gradient
+                registry[op_type]["type"] = gradient
 
 
 def disable_shim_gradients() -> None:
