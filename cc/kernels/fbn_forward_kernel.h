@@ -72,9 +72,9 @@ class FbnFusedBatchNormOp : public OpKernel {
     t.scale = scale.flat<float>().data();
     t.offset = offset.flat<float>().data();
     // Read only where TensorFlow reads them, and then validated to hold C values.
-    const bool reads_statistics = !attrs_.is_training || attrs_.exponential_avg_factor != 1.0f;
-    t.mean = reads_statistics ? mean.flat<float>().data() : nullptr;
-    t.variance = reads_statistics ? variance.flat<float>().data() : nullptr;
+    const bool reads = ReadsGivenStatistics(attrs_);
+    t.mean = reads ? mean.flat<float>().data() : nullptr;
+    t.variance = reads ? variance.flat<float>().data() : nullptr;
     t.y = reinterpret_cast<Core*>(y->flat<T>().data());
     t.batch_mean = batch_mean->flat<float>().data();
     t.batch_variance = batch_variance->flat<float>().data();

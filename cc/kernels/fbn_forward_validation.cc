@@ -30,7 +30,7 @@ Status ValidateForwardInputs(const TensorShape& x, const TensorShape& scale,
   *shape = CoreShapeOf(x, attrs.channels_last);
   TF_RETURN_IF_ERROR(CheckChannels("scale", scale, shape->channels));
   TF_RETURN_IF_ERROR(CheckChannels("offset", offset, shape->channels));
-  if (attrs.is_training && attrs.exponential_avg_factor == 1.0f) return OkStatus();
+  if (!ReadsGivenStatistics(attrs)) return OkStatus();
   const std::string when = attrs.is_training ? "When exponential_avg_factor != 1, "
                                              : "When is_training=false, ";
   TF_RETURN_IF_ERROR(CheckChannels(when + "mean", mean, shape->channels));

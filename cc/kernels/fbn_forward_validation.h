@@ -18,6 +18,12 @@ struct ForwardAttrs : GradAttrs {
 
 Status ReadForwardAttrs(OpKernelConstruction* ctx, ForwardAttrs* attrs);
 
+// Whether a call reads its mean and variance inputs: in inference, or in training with
+// exponential_avg_factor != 1 (otherwise they may have any length, [0] being the usual).
+inline bool ReadsGivenStatistics(const ForwardAttrs& attrs) {
+  return !attrs.is_training || attrs.exponential_avg_factor != 1.0f;
+}
+
 // Validates the five inputs as TensorFlow's forward kernel does and, on success, describes x
 // for the core. mean and variance must be vectors always, and hold a value per channel where
 // they are read: in inference, or in training with exponential_avg_factor != 1. As for the

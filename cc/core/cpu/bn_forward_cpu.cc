@@ -21,9 +21,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <vector>
+#include <functional>
 
 #include "cc/core/bn_forward.h"
+#include "cc/core/cpu/call_scratch.h"
 #include "cc/core/cpu/cpu_sweeps.h"
 #include "cc/core/cpu/forward_loops.h"
 #include "cc/core/cpu/streaming_stores.h"
@@ -71,7 +72,7 @@ class ForwardCall {
         params_(params),
         parallel_for_(parallel_for),
         streaming_footprint_(streaming_footprint),
-        coefficients_(s.channels) {}
+        coefficients_(CallScratch<NormalizeCoefficients, kForwardChannelsSlot>(s.channels)) {}
 
   // Channel c's outputs and y's coefficients; training from its combined moments.
   void Finish(int64_t c, const ChannelMoments& m) {
@@ -121,7 +122,7 @@ class ForwardCall {
   const ForwardParams& params_;
   const ParallelFor& parallel_for_;
   const int64_t streaming_footprint_;
-  std::vector<NormalizeCoefficients> coefficients_;
+  NormalizeCoefficients* coefficients_;  // per channel
 };
 
 // The rows schedule. The matrix is [rows, width]; channel c owns columns
@@ -154,10 +155,15 @@ void RunRows(ForwardCall<T>& call) {
   const int64_t units = tiles + (left_rows > 0 ? 1 : 0);
 
   // Parts: Σ x and the squared deviations per row tile and column, then the left rows' C.
-  std::vector<double> sums((row_tiles + 1) * width), m2s((row_tiles + 1) * width);
+  const int64_t parts_size = (row_tiles + 1) * width;
+  double* sums = CallScratch<double, kForwardPartsSlot>(2 * parts_size);
+  double* m2s = sums + parts_size;
+  // y's coefficients per column, each array padded to whole vectors.
   const int64_t padded = RoundUp(width, 16);
-  std::vector<double> mean(padded), scale_inv_std(padded), offset(padded);
-  const NormalizeColumns columns{mean.data(), scale_inv_std.data(), offset.data()};
+  double* mean = CallScratch<double, kForwardColumnsSlot>(3 * padded);
+  double* scale_inv_std = mean + padded;
+  double* offset = mean + 2 * padded;
+  const NormalizeColumns columns{mean, scale_inv_std, offset};
   const bool stream = call.StreamY(width) && (left_rows == 0 || call.StreamY(C));
 
   auto tile = [&](int64_t u, int64_t* r0, int64_t* nrows, int64_t* j0, int64_t* ncols) {
@@ -168,8 +174,8 @@ void RunRows(ForwardCall<T>& call) {
   };
   const T* left_x = call.t.x + rows * width;
   T* left_y = call.t.y + rows * width;
-  double* left_sums = sums.data() + row_tiles * width;
-  double* left_m2s = m2s.data() + row_tiles * width;
+  double* left_sums = sums + row_tiles * width;
+  double* left_m2s = m2s + row_tiles * width;
 
   auto moments = [&](int64_t u) {
     if (u == tiles) return call.loops.moments_rows(left_x, C, left_rows, C, left_sums, left_m2s);
@@ -209,7 +215,7 @@ void RunRows(ForwardCall<T>& call) {
     }
     int64_t r0, nrows, j0, ncols;
     tile(u, &r0, &nrows, &j0, &ncols);
-    const NormalizeColumns k{mean.data() + j0, scale_inv_std.data() + j0, offset.data() + j0};
+    const NormalizeColumns k{mean + j0, scale_inv_std + j0, offset + j0};
     call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
                               nrows, ncols, k, stream);
   };
@@ -228,7 +234,7 @@ void RunRuns(ForwardCall<T>& call) {
   const int64_t runs_per_unit =
       std::max<int64_t>(1, std::min(kMaxRunsPerUnit, kRunsUnitElements / piece));
   const int64_t blocks = CeilDiv(runs, runs_per_unit);  // units per channel
-  std::vector<ChannelMoments> parts(C * blocks);
+  ChannelMoments* parts = CallScratch<ChannelMoments, kForwardPartsSlot>(C * blocks);
   const bool stream = call.StreamY(S) && piece % 16 == 0;
 
   // Run k of channel c: its first element and length.

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu/call_scratch.h"
 #include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/cpu/cpu_sweeps.h"
 #include "cc/core/float16_convert.h"
@@ -76,16 +77,6 @@ constexpr int64_t kCyclesPerElement = 4;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
-
-// Per-call scratch, reused across calls on the same calling thread so that a call does not
-// page-fault a fresh allocation. One buffer per (type, slot).
-enum ScratchSlot { kPartialsSlot, kInvStdSlot, kChannelSlot, kColumnSlot, kSumsSlot };
-template <typename E, ScratchSlot kSlot>
-E* CallScratch(size_t size) {
-  thread_local std::vector<E> scratch;
-  if (scratch.size() < size) scratch.resize(size);
-  return scratch.data();
-}
 
 // [0, length) cut into pieces of `size` items (`align` divides every piece but the last).
 // Tapered, about the last quarter of the items go in pieces a quarter that size: threads that
