@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "cc/core/bn_grad.h"
 #include "cc/core/cpu/streaming_stores.h"
 #include "cc/core/cpu/cpu_loops.h"
+#include "cc/core/cpu/forward_loops.h"
 
 extern "C" float fbn_stream_dot(const float* x, const float* dy, int64_t begin, int64_t end);
 extern "C" void fbn_stream_axpby(const float* x, const float* dy, float* dx, int64_t begin,
@@ -34,6 +36,24 @@ extern "C" void fbn_stream_axpby(const float* x, const float* dy, float* dx, int
 namespace fbn {
 namespace bench {
 namespace {
+
+// Tensors as TensorFlow allocates them: 64-byte aligned. (A plain std::vector of megabytes
+// starts 16 bytes into a page, so every vector load straddles two cache lines and the loops
+// measure slower than they run under TensorFlow.)
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
+  }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
+  bool operator==(const CacheLineAllocator&) const { return true; }
+  bool operator!=(const CacheLineAllocator&) const { return false; }
+};
+using Floats = std::vector<float, CacheLineAllocator<float>>;
 
 double NowUs() {
   return std::chrono::duration<double, std::micro>(
@@ -170,7 +190,7 @@ void TimeCalls(const Options& o) {
       for (char mode : o.modes) {
         const Shape shape{dims[0], dims.back(), spatial, layout == 'L'};
         const int64_t n = shape.elements(), C = shape.channels;
-        std::vector<float> dy(n), x(n), dx(n), scale(C), mean(C), variance(C), ds(C), doff(C);
+        Floats dy(n), x(n), dx(n), scale(C), mean(C), variance(C), ds(C), doff(C);
         for (int64_t i = 0; i < n; ++i) {
           dy[i] = static_cast<float>(i * 7919 % 97) * 0.01f - 0.4f;
           x[i] = static_cast<float>(i * 104729 % 89) * 0.02f;
@@ -239,7 +259,7 @@ void TimeLoops(const Options& o) {
   std::printf("\n");
   const CpuLoops<float>& L = LoopsFor<float>(o.isa);
   const int64_t max_columns = 4096;
-  std::vector<float> k(4 * max_columns, 0.5f);
+  Floats k(4 * max_columns, 0.5f);
   std::vector<double> sums(2 * max_columns);
   const DxCoefficients<float> coefficients{k.data(), k.data() + max_columns,
                                            k.data() + 2 * max_columns, k.data() + 3 * max_columns};
@@ -249,7 +269,7 @@ void TimeLoops(const Options& o) {
     std::printf("\n");
     std::fflush(stdout);
   };
-  std::vector<float> dy(sizes[3], 0.1f), x(sizes[3], 0.2f), dx(sizes[3]);
+  Floats dy(sizes[3], 0.1f), x(sizes[3], 0.2f), dx(sizes[3]);
   for (int64_t width : {64, 128, 256, 1024, 2048}) {
     const std::string w = " width " + std::to_string(width);
     // Windows of about 32K elements and at least 128 rows, as the kernel's blocks.
@@ -280,6 +300,39 @@ void TimeLoops(const Options& o) {
         windows(n, [&](int64_t at, int64_t rows) {
           L.training_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows, width,
                              coefficients, false);
+        });
+      });
+    });
+  }
+  // The forward's rows loops on tiles as the forward cuts them (at most 256 columns, 64 KiB).
+  const CpuForwardLoops<float>& F = ForwardLoopsFor<float>(o.isa);
+  std::vector<double> columns(3 * max_columns, 0.5);
+  const NormalizeColumns normalize{columns.data(), columns.data() + max_columns,
+                                   columns.data() + 2 * max_columns};
+  for (int64_t width : {64, 256, 1024, 2048}) {
+    const std::string w = " width " + std::to_string(width);
+    const int64_t tile_columns = std::min<int64_t>(width, 256);
+    const int64_t tile_rows = std::max<int64_t>(64, (int64_t{1} << 14) / tile_columns);
+    auto tiles = [&](int64_t n, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+      const int64_t rows = n / width;
+      for (int64_t r = 0; r < rows; r += tile_rows) {
+        for (int64_t j = 0; j < width; j += tile_columns) {
+          fn(r * width + j, std::min(tile_rows, rows - r), std::min(tile_columns, width - j));
+        }
+      }
+    };
+    row("forward moments" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
+          F.moments_rows(x.data() + at, width, rows, cols, sums.data(),
+                         sums.data() + max_columns);
+        });
+      });
+    });
+    row("forward normalize" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
+          F.normalize_rows(x.data() + at, dx.data() + at, width, rows, cols, normalize, false);
         });
       });
     });

@@ -110,10 +110,12 @@ inline std::vector<ForwardCase> ForwardCases() {
   std::vector<ForwardCase> cases;
   std::vector<Shape> shapes;
   for (const Case& k : TestCases()) shapes.push_back(k.shape);
-  // Every schedule of bn_forward_cpu.cc: planes shorter and longer than a vector, runs cut into
-  // pieces, wide rows in several column tiles, folded rows with a remainder, tall rows tiles.
-  for (Shape s : std::vector<Shape>{{4, 300, 15, false}, {3, 5, 16, false}, {2, 2, 70000, false},
-                                    {2, 700, 3, true}, {1000, 7, 9, true}, {700, 19, 1, true}}) {
+  // Every schedule of bn_forward_cpu.cc: planes shorter than a vector and than kShortPlane
+  // (rows), planes from kShortPlane on (runs), runs cut into pieces, wide rows in several column
+  // tiles, folded rows with a remainder, several row tiles with a shorter last one.
+  for (Shape s : std::vector<Shape>{{4, 300, 15, false}, {3, 5, 16, false}, {3, 5, 64, false},
+                                    {2, 2, 70000, false}, {2, 700, 3, true}, {1000, 7, 9, true},
+                                    {700, 19, 1, true}, {2000, 16, 8, true}}) {
     shapes.push_back(s);
   }
   int i = 0;

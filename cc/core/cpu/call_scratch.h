@@ -22,6 +22,7 @@ enum ScratchSlot {
   kForwardPartsSlot,
   kForwardColumnsSlot,
   kForwardChannelsSlot,
+  kForwardGatheredSlot,
 };
 
 template <typename E, ScratchSlot kSlot>

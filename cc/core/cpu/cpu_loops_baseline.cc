@@ -10,6 +10,7 @@
 
 #include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/cpu/forward_loops.h"
+#include "cc/core/cpu/streaming_stores.h"
 #include "cc/core/float16_convert.h"
 
 namespace fbn {

@@ -306,7 +306,8 @@ FBN_INLINE void StoreUpTo(T* p, const Floats& v, int n) {
 
 // ---- Non-temporal stores of float vectors: the cache line is written without being read first
 // and without evicting what the caches hold (x and dy). Only whole, aligned vectors; anything
-// else is stored normally. FenceStreamingStores() orders them before other threads look.
+// else is stored normally. FenceStreamingStores() (streaming_stores.h) orders them before other
+// threads look.
 
 FBN_INLINE void StoreStreaming(float* p, const Floats& v, int n) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
@@ -338,12 +339,6 @@ FBN_INLINE void StoreStreaming(T* p, const Floats& v, int n) {
   }
 #endif
   StoreUpTo(p, v, n);
-}
-
-FBN_INLINE void FenceStreamingStores() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
 }
 
 // ---- Double accumulators: 16 double lanes in registers (twice as many parts as Floats).

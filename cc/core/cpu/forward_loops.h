@@ -34,6 +34,7 @@ struct CpuForwardLoops {
   // if stream_y (streaming_stores.h).
   void (*normalize_rows)(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
                          const NormalizeColumns& k, bool stream_y);
+  // The same for one run; the caller fences streamed stores once after its runs.
   void (*normalize_run)(const T* x, T* y, int64_t length, const NormalizeCoefficients& k,
                         bool stream_y);
 };

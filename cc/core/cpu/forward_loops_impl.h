@@ -44,22 +44,55 @@ FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
   }
 }
 
+// Column vectors whose moments MomentsRows takes side by side: independent add chains (one
+// vector alone waits on its sum's latency at every row) and each row read a few cache lines at
+// a time (one line per row is a stride the prefetchers follow badly). A column's sums go down
+// the rows in order whatever the count, so every copy gives the same bits; the count is what
+// the copy's registers hold (sums, squares and means, two or four registers a vector).
+#if defined(FBN_SIMD_AVX512)
+constexpr int kMomentsVectors = 4;
+#else
+constexpr int kMomentsVectors = 1;
+#endif
+
+// Σ x and Σ (x − mean)² down `rows` rows of kVectors column vectors, mean = Σ x / rows; the
+// last vector is n lanes wide.
+template <int kVectors, typename T>
+FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n,
+                                 double* sum, double* m2) {
+  auto lanes = [n](int v) { return v == kVectors - 1 ? n : kLanes; };
+  Doubles s[kVectors], q[kVectors], mean[kVectors];
+  for (int v = 0; v < kVectors; ++v) s[v] = q[v] = BroadcastDoubles(0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      s[v] = s[v] + LoadWidened(x + r * stride + v * kLanes, lanes(v));
+    }
+  }
+  const Doubles count = BroadcastDoubles(static_cast<double>(rows));
+  for (int v = 0; v < kVectors; ++v) mean[v] = PartWise(s[v], count, DivideParts{});
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      const Doubles d = LoadWidened(x + r * stride + v * kLanes, lanes(v)) - mean[v];
+      q[v] = q[v] + d * d;
+    }
+  }
+  for (int v = 0; v < kVectors; ++v) {
+    StoreDoublesUpTo(sum + v * kLanes, s[v], lanes(v));
+    StoreDoublesUpTo(m2 + v * kLanes, q[v], lanes(v));
+  }
+}
+
 template <typename T>
 void MomentsRows(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
                  double* m2) {
-  const Doubles count = BroadcastDoubles(static_cast<double>(rows));
-  for (int64_t j = 0; j < width; j += kLanes) {
+  constexpr int64_t kStep = kMomentsVectors * kLanes;
+  int64_t j = 0;
+  for (; j + kStep <= width; j += kStep) {
+    MomentsOfColumns<kMomentsVectors>(x + j, stride, rows, kLanes, sum + j, m2 + j);
+  }
+  for (; j < width; j += kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-    Doubles s = BroadcastDoubles(0.0);
-    for (int64_t r = 0; r < rows; ++r) s = s + LoadWidened(x + r * stride + j, n);
-    const Doubles mean = PartWise(s, count, DivideParts{});
-    Doubles q = BroadcastDoubles(0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const Doubles d = LoadWidened(x + r * stride + j, n) - mean;
-      q = q + d * d;
-    }
-    StoreDoublesUpTo(sum + j, s, n);
-    StoreDoublesUpTo(m2 + j, q, n);
+    MomentsOfColumns<1>(x + j, stride, rows, n, sum + j, m2 + j);
   }
 }
 
@@ -106,7 +139,6 @@ void NormalizeRun(const T* x, T* y, int64_t length, const NormalizeCoefficients&
     const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
     StoreRounded(y + i, (LoadWidened(x + i, n) - mean) * scale_inv_std + offset, n, stream_y);
   }
-  if (stream_y) FenceStreamingStores();
 }
 
 template <typename T>

@@ -2,6 +2,10 @@
 
 #include <unistd.h>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +75,12 @@ int64_t LastLevelCacheBytes() {
 int64_t StreamingFootprintBytes() {
   static const int64_t bytes = DetectStreamingFootprintBytes();
   return bytes;
+}
+
+void FenceStreamingStores() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 }  // namespace fbn

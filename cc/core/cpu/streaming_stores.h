@@ -25,6 +25,12 @@ constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
 int64_t StreamingFootprintBytes();
 constexpr int64_t kStreamingBytes = int64_t{12} << 20;
 
+// Orders the calling thread's non-temporal stores before its later stores, so that a thread
+// that joins it sees them. Once per unit of work, never per row or run: a fence waits until the
+// write-combining buffers have drained to memory (a fence after each 64-float run made the
+// forward's channels-first inference on 8x8 planes four times as slow).
+void FenceStreamingStores();
+
 }  // namespace fbn
 
 #endif  // TF_FBN_OPS_CC_CORE_CPU_STREAMING_STORES_H_
