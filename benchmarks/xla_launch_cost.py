@@ -6,7 +6,11 @@ rounds in one process):
   caches. The difference is what TensorFlow's launch of any XLA program costs once a large
   kernel has evicted its code and data.
 - per op: the op compiled alone (one launch per call), and CHAIN calls chained in one compiled
-  program (one launch for all), per call, against one eager call.
+  program (one launch for all), per call, against one eager call; and the same chain run
+  eagerly. The chains feed each call's x_backprop to the next as y_backprop, so each call reads
+  what the one before wrote (from memory where it was streamed), where repeated eager calls
+  reuse one cache-warm y_backprop: the custom call's own cost is the compiled chain against the
+  eager chain.
 
     .venv/bin/python benchmarks/xla_launch_cost.py [--threads N] [CASE ...]
 
@@ -65,6 +69,7 @@ def per_op(dy, kwargs: dict) -> dict[str, float]:
     chained = tf.function(chain, jit_compile=True)
     calls = {"eager": (lambda: op(y_backprop=dy, **kwargs), 1),
              "compiled alone": (lambda: alone(dy), 1),
+             f"eager chain of {CHAIN}": (lambda: chain(dy), CHAIN),
              f"compiled chain of {CHAIN}": (lambda: chained(dy), CHAIN)}
     for fn, _ in calls.values():
         fn()
@@ -104,7 +109,10 @@ def main() -> None:
             y_backprop=dy, **kwargs))
         eager = times["eager"]
         cells = ", ".join(f"{name} {t:.0f} us ({t / eager:.2f}x)" for name, t in times.items())
-        print(f"{case}, {args.threads} thread(s): {cells}; a trivial compiled program: "
+        compiled_over_eager_chain = times[f"compiled chain of {CHAIN}"] / times[
+            f"eager chain of {CHAIN}"]
+        print(f"{case}, {args.threads} thread(s): {cells}; compiled chain / eager chain "
+              f"{compiled_over_eager_chain:.2f}; a trivial compiled program: "
               f"{warm:.0f} us after itself, {cold:.0f} us after the eager kernel")
 
 
