@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import tf_fbn_ops
+from harness.machine import cpu_model
 
 
 def timed(fn, calls: int) -> float:
@@ -45,7 +46,8 @@ def main() -> None:
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     kernel = "stock" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "oneDNN"
-    print(f"TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} thread(s); "
+    print(f"{cpu_model()}; TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} "
+          f"thread(s); "
           f"{args.op}; ratio = TensorFlow's time / ours (above 1: ours is faster)")
     for text in args.shapes:
         dims = [int(v) for v in text.split("x")]
