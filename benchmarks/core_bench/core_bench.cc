@@ -304,7 +304,8 @@ void TimeLoops(const Options& o) {
       });
     });
   }
-  // The forward's rows loops on tiles as the forward cuts them (at most 256 columns, 64 KiB).
+  // The forward's rows loops on tiles as bn_forward_cpu.cc cuts them (kMaxTileColumns 256,
+  // kMinTileRows 64, kMomentsTileBytes 256 KiB).
   const CpuForwardLoops<float>& F = ForwardLoopsFor<float>(o.isa);
   std::vector<double> columns(3 * max_columns, 0.5);
   const NormalizeColumns normalize{columns.data(), columns.data() + max_columns,
@@ -312,7 +313,7 @@ void TimeLoops(const Options& o) {
   for (int64_t width : {64, 256, 1024, 2048}) {
     const std::string w = " width " + std::to_string(width);
     const int64_t tile_columns = std::min<int64_t>(width, 256);
-    const int64_t tile_rows = std::max<int64_t>(64, (int64_t{1} << 14) / tile_columns);
+    const int64_t tile_rows = std::max<int64_t>(64, (int64_t{256} << 10) / (4 * tile_columns));
     auto tiles = [&](int64_t n, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
       const int64_t rows = n / width;
       for (int64_t r = 0; r < rows; r += tile_rows) {
