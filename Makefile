@@ -50,6 +50,7 @@ GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
 GRAPH_API_TEST := build/graph_api_test
+GRAPH_API_FORWARD_TEST := build/graph_api_forward_test
 GRAPH_API_EXAMPLE := build/graph_api_example
 
 .PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
@@ -264,6 +265,7 @@ $(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$
 XLA_FFI_TEST     := build/xla_ffi_test
 XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
 XLA_FFI_SYNC_TEST := build/xla_ffi_sync_test
+XLA_FFI_FORWARD_TEST := build/xla_ffi_forward_test
 XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -I$(XLA_FFI_INCLUDE)
 
 $(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
@@ -278,6 +280,12 @@ $(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
+# The forward's handler (CPU).
+$(XLA_FFI_FORWARD_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_LIB_SOURCES) cc/tests/xla_ffi_fake_api.cc \
+	    cc/tests/xla_ffi_forward_test.cc -o $@
+
 # Synchronized batch norm's handlers, CPU and CUDA (emulated) in one program.
 $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
@@ -287,8 +295,9 @@ $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	    -o $@
 
 ## the FFI handlers on a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan
-xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST)
+xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST) $(XLA_FFI_FORWARD_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_FORWARD_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_SYNC_TEST)
 
@@ -312,15 +321,21 @@ GRAPH_API_BUILD = mkdir -p build && $(CXX) -O0 -Wall -Wno-sign-compare $(QUIET_T
                   $$($(PY) -m tf_fbn_ops cc-flags --cflags) \
                   $< -o $@ $$($(PY) -m tf_fbn_ops cc-flags --libs)
 
-$(GRAPH_API_TEST): cc/tests/graph_api_test.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
+$(GRAPH_API_TEST): cc/tests/graph_api_test.cc cc/tests/graph_api_util.h $(LIBRARY) \
+                  tf_fbn_ops/include/tf_fbn_ops/ops.h
+	$(GRAPH_API_BUILD)
+
+$(GRAPH_API_FORWARD_TEST): cc/tests/graph_api_forward_test.cc cc/tests/graph_api_util.h \
+                          $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
 	$(GRAPH_API_BUILD)
 
 $(GRAPH_API_EXAMPLE): examples/graph_api_example.cc $(LIBRARY) tf_fbn_ops/include/tf_fbn_ops/ops.h
 	$(GRAPH_API_BUILD)
 
 ## the C++ graph API (tf_fbn_ops/ops.h) and the README's example against TensorFlow
-graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_EXAMPLE)
+graph-api-test: $(GRAPH_API_TEST) $(GRAPH_API_FORWARD_TEST) $(GRAPH_API_EXAMPLE)
 	./$(GRAPH_API_TEST)
+	./$(GRAPH_API_FORWARD_TEST)
 	./$(GRAPH_API_EXAMPLE)
 
 # Sanitizers: any report aborts. Python and TensorFlow are not instrumented, so the runtimes are
@@ -334,9 +349,11 @@ SANITIZE_ENV := LD_PRELOAD="$$($(CXX) -print-file-name=libasan.so):$$($(CXX) -pr
 SANITIZE_TESTS := $(addprefix $(CURDIR)/tests/,test_cve.py test_errors.py test_fuzz.py test_api.py \
                   test_output_memory.py \
                   test_parity.py) -k "not 1000x1000"
-# The XLA lowering's C++ runs when a function is compiled: one compile per op, bad shapes included.
-SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py \
-                      -k "bad_shapes or traced_outside or (jit_parity and NHWC-train-2x4x5x3)"
+# The XLA lowerings' C++ runs when a function is compiled: one compile per op, bad shapes
+# included; the forward's cases run its eager kernel beside the compiled one.
+SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py $(CURDIR)/tests/test_forward_xla.py \
+                      -k "bad_shapes or traced_outside or (jit_parity and NHWC-train-2x4x5x3) \
+                          or bad_inputs or compiled_empty or V3-NCHW-float16"
 
 ## ASan+UBSan builds of the core tests and the op library, op tests under them
 sanitize: $(DEPS)

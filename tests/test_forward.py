@@ -9,78 +9,15 @@ tests); the thread-count test runs its processes with oneDNN on, TensorFlow's de
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.python.framework import op_def_registry
 
 import tf_fbn_ops
+from forward_cases import (BAD, DTYPES, EPSILON, FORMATS, VERSIONS, channel_axis, forward_cases,
+                           half_ulp, make_inputs, max_error, oracle, outcome, tf_op)
 from fresh_process import run_python
-
-EPSILON = 1e-3
-VERSIONS = {"V1": ("FbnFusedBatchNorm", "FusedBatchNorm", tf_fbn_ops.fused_batch_norm_forward),
-            "V2": ("FbnFusedBatchNormV2", "FusedBatchNormV2",
-                   tf_fbn_ops.fused_batch_norm_forward_v2),
-            "V3": ("FbnFusedBatchNormV3", "FusedBatchNormV3",
-                   tf_fbn_ops.fused_batch_norm_forward_v3)}
-FORMATS = {"NHWC": (2, 5, 6, 3), "NCHW": (2, 3, 5, 6), "NDHWC": (2, 3, 4, 5, 3),
-           "NCDHW": (2, 3, 3, 4, 5)}
-DTYPES = {"float32": tf.float32, "float16": tf.float16, "bfloat16": tf.bfloat16}
-
-
-def channel_axis(data_format: str) -> int:
-    return 1 if data_format.startswith("NC") else len(data_format) - 1
-
-
-def tf_op(version: str):
-    return getattr(tf.raw_ops, VERSIONS[version][1])
-
-
-def make_inputs(shape, data_format, dtype, offset=0.0, seed=0):
-    rng = np.random.default_rng(seed)
-    c = shape[channel_axis(data_format)]
-    x = tf.cast(tf.constant(offset + 3.0 * rng.standard_normal(shape), tf.float32), dtype)
-    scale, off = (tf.constant(rng.uniform(0.5, 2.0, c), tf.float32),
-                  tf.constant(rng.standard_normal(c), tf.float32))
-    mean = tf.constant(offset + rng.standard_normal(c), tf.float32)
-    variance = tf.constant(rng.uniform(4.0, 16.0, c), tf.float32)
-    return x, scale, off, mean, variance
-
-
-def oracle(x, scale, offset, mean, variance, data_format, is_training, factor):
-    """The five outputs in float64 from the (rounded) inputs."""
-    axis = channel_axis(data_format)
-    xs = tf.cast(x, tf.float64).numpy()
-    axes = tuple(a for a in range(xs.ndim) if a != axis)
-    shape = [1] * xs.ndim
-    shape[axis] = -1
-    s, o, m0, v0 = (np.float64(t.numpy()) for t in (scale, offset, mean, variance))
-    eps = np.float64(np.float32(EPSILON))
-    if is_training:
-        n = xs.size // xs.shape[axis]
-        m = xs.mean(axis=axes)
-        v = ((xs - m.reshape(shape)) ** 2).mean(axis=axes)
-        unbiased = v * (n / (n - 1) if n > 1 else 1.0)
-        f = np.float64(np.float32(factor))
-        out1, out2 = (m, unbiased) if factor == 1.0 else ((1 - f) * m0 + f * m,
-                                                          (1 - f) * v0 + f * unbiased)
-    else:
-        m, v = m0, v0
-        out1, out2 = m0, v0
-    y = (xs - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps) * s.reshape(shape) + \
-        o.reshape(shape)
-    return [y, out1, out2, m, v]
-
-
-def max_error(got, want) -> float:
-    return float(np.max(np.abs(tf.cast(got, tf.float64).numpy() - want), initial=0.0))
-
-
-def half_ulp(dtype, magnitude: float) -> float:
-    bits = {tf.float32: 24, tf.float16: 11, tf.bfloat16: 8}[dtype]
-    return 2.0 ** (np.floor(np.log2(max(magnitude, 1e-30))) - bits)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -93,22 +30,7 @@ def test_op_def_equals_tensorflow(version: str) -> None:
     assert copy == theirs
 
 
-def _cases() -> list:
-    return list(_case_params())
-
-
-def _case_params():
-    for version in VERSIONS:
-        for data_format in FORMATS:
-            if len(data_format) == 5 and version != "V3":
-                continue
-            for dtype in (["float32"] if version == "V1" else DTYPES):
-                for mode in ("train", "train_factor", "infer"):
-                    yield pytest.param(version, data_format, dtype, mode,
-                                       id=f"{version}-{data_format}-{dtype}-{mode}")
-
-
-@pytest.mark.parametrize("version,data_format,dtype,mode", _cases())
+@pytest.mark.parametrize("version,data_format,dtype,mode", forward_cases())
 @pytest.mark.parametrize("x_offset", [0.0, 300.0], ids=["centred", "offset300"])
 def test_outputs_at_least_as_accurate_as_tensorflow(version, data_format, dtype, mode,
                                                      x_offset) -> None:
@@ -199,57 +121,11 @@ def test_static_shapes_equal_tensorflow(version: str) -> None:
     shapes.get_concrete_function()
 
 
-def _normalized(message: str) -> str:
-    """The op name normalized, and the " name: " that generated wrappers append when given
-    name=None (TensorFlow's own FusedBatchNorm* wrappers do not) dropped: the kernels' text."""
-    return re.sub(r" name: $", "", re.sub(r"FbnFusedBatchNorm", "FusedBatchNorm", message))
-
-
-def _outcome(fn, kwargs):
-    try:
-        return "ok", [t.numpy() for t in fn(**kwargs)]
-    except (tf.errors.OpError, ValueError, TypeError) as e:
-        return type(e), _normalized(getattr(e, "message", str(e)))
-
-
-def _bad(version="V3", shape=(2, 4, 5, 3), scale=(3,), offset=(3,), mean=(0,), variance=(0,),
-         **attrs):
-    rng = np.random.default_rng(0)
-    per_channel = tf.float32
-
-    def t(s):
-        return tf.constant(np.abs(rng.standard_normal(s)) + 0.5, per_channel)
-
-    return version, dict(x=t(shape), scale=t(scale), offset=t(offset), mean=t(mean),
-                         variance=t(variance), **attrs)
-
-
-BAD = {
-    "x_rank3": _bad(shape=(4, 5, 3)),
-    "x_rank6": _bad(shape=(1, 2, 2, 4, 5, 3)),
-    "scale_rank2": _bad(scale=(1, 3)),
-    "offset_rank0": _bad(offset=()),
-    "mean_rank2_in_training": _bad(mean=(1, 3)),
-    "variance_rank0_in_training": _bad(variance=()),
-    "scale_size": _bad(scale=(4,)),
-    "offset_size": _bad(offset=(2,)),
-    "mean_size_inference": _bad(mean=(4,), variance=(3,), is_training=False),
-    "variance_size_inference": _bad(mean=(3,), variance=(2,), is_training=False),
-    "mean_size_factor": _bad(mean=(2,), variance=(3,), exponential_avg_factor=0.5),
-    "variance_size_factor": _bad(mean=(3,), variance=(5,), exponential_avg_factor=0.5),
-    "scale_before_offset": _bad(scale=(4,), offset=(1, 2)),
-    "v1_rank3": _bad("V1", shape=(4, 5, 3)),
-    "v2_offset_size": _bad("V2", offset=(7,)),
-    "any_mean_size_in_training": _bad(mean=(7,), variance=(1,)),
-    "v1_5d_as_nhwc": _bad("V1", shape=(2, 2, 4, 5, 3)),
-}
-
-
 @pytest.mark.parametrize("case", BAD)
 def test_bad_inputs_fail_like_tensorflow(case: str) -> None:
     version, kwargs = BAD[case]
-    ours = _outcome(VERSIONS[version][2], kwargs)
-    theirs = _outcome(tf_op(version), kwargs)
+    ours = outcome(VERSIONS[version][2], kwargs)
+    theirs = outcome(tf_op(version), kwargs)
     if theirs[0] == "ok":
         assert ours[0] == "ok", ours
         for a, b in zip(ours[1][:3], theirs[1][:3]):

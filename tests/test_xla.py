@@ -19,7 +19,8 @@ from cases import LARGE_SHAPE, Case, make_inputs, parity_cases
 from fresh_process import run_python
 from parity import assert_parity, sum_rtol, ulp
 from tf_calls import BUILTIN, SHIM, _kwargs, run_oracle, run_shim, run_tf
-from xla_paths import NO_CUSTOM_CALLS, assert_compiled_by, xla_path  # noqa: F401 - the fixture
+from xla_paths import (NO_CUSTOM_CALLS, assert_compiled_by, auto_clustering_environment,
+                       clusters_by_op, xla_path)  # noqa: F401 - the fixture
 from tf_fbn_ops import _loader
 
 pytestmark = pytest.mark.skipif(
@@ -104,7 +105,8 @@ def test_lowerings_registered_for_both_xla_devices() -> None:
     from tensorflow.python.framework import kernels  # noqa: PLC0415
 
     for op in ("FbnFusedBatchNormGrad", "FbnFusedBatchNormGradV2", "FbnFusedBatchNormGradV3",
-               "FbnSyncBatchNormGradSums", "FbnSyncBatchNormGradFromSums"):
+               "FbnSyncBatchNormGradSums", "FbnSyncBatchNormGradFromSums",
+               "FbnFusedBatchNorm", "FbnFusedBatchNormV2", "FbnFusedBatchNormV3"):
         by_device: dict[str, list] = {}
         for kernel in kernels.get_registered_kernels_for_op(op).kernel:
             constraints = sorted((c.name, tuple(c.allowed_values.list.type))
@@ -275,35 +277,16 @@ NODE_MAKERS = {"wrapper": "tf_fbn_ops.fused_batch_norm_grad_v3",
                                   ".fbn_fused_batch_norm_grad_v3"}
 
 
-def _clusters(dump_dir) -> dict[str, set]:
-    """Op type -> the XLA clusters its nodes were put in ("" for none), from the graphs of the
-    step function (a shim op between Sin and Cos) that --tf_xla_clustering_debug dumps after the
-    clustering pass (eager ops get graphs of their own there, too small to cluster)."""
-    clusters: dict[str, set] = {}
-    for path in dump_dir.glob("mark_for_compilation_annotated*.pbtxt"):
-        text = path.read_text()
-        if not all(f'op: "{op}"' in text for op in ("FbnFusedBatchNormGradV3", "Sin", "Cos")):
-            continue
-        for node in text.split("\nnode {")[1:]:
-            op = re.search(r'op: "([^"]+)"', node).group(1)
-            cluster = re.search(r'key: "_XlaCluster"\s+value \{\s+s: "([^"]+)"', node)
-            clusters.setdefault(op, set()).add(cluster.group(1) if cluster else "")
-    return clusters
-
-
 @pytest.mark.parametrize("maker", sorted(NODE_MAKERS))
 def test_auto_clustering(tmp_path, xla_path: str, maker: str) -> None:
     """With XLA auto-clustering on for the CPU, the element-wise ops around a shim op are
     compiled. The shim op joins their cluster where it compiles to a custom call of its kernel,
     and is left to its kernel where it would compile to the HLO lowering: however its node was
     made (a graph pass of the library marks it)."""
-    env = {"TF_DUMP_GRAPH_PREFIX": str(tmp_path),
-           "TF_XLA_FLAGS": "--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_clustering_debug"}
-    if xla_path == "hlo":
-        env[_loader.XLA_LOWERING_VARIABLE] = "hlo"
-    run = run_python(AUTO_CLUSTERED.replace("{op}", NODE_MAKERS[maker]), **env)
+    run = run_python(AUTO_CLUSTERED.replace("{op}", NODE_MAKERS[maker]),
+                     **auto_clustering_environment(tmp_path, xla_path))
     assert "RAN" in run.stdout, run.stderr[-3000:]
-    clusters = _clusters(tmp_path)
+    clusters = clusters_by_op(tmp_path, "FbnFusedBatchNormGradV3")
     assert clusters, "no clustering dump holds the shim op"
     assert "" not in clusters["Sin"] and "" not in clusters["Cos"]
     if xla_path == "hlo":

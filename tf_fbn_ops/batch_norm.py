@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util
 
-from tf_fbn_ops import forward_gradient
+from tf_fbn_ops import _loader, forward_gradient
 from tf_fbn_ops import ops as shim_ops
 from tf_fbn_ops._loader import load_library
 
@@ -33,10 +33,13 @@ def forward_op_gradient(*args, **kwargs):
 
 def shim_forward_available() -> bool:
     """Whether the library's forward op has a kernel where `fused_batch_norm` would run it now:
-    not in XLA compilation (no lowering yet), and no GPU visible (no CUDA kernel yet)."""
-    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    on the CPU, eagerly, in graphs, and under XLA compilation where the library has its XLA
+    lowerings; not where a GPU is visible (no CUDA kernel in TensorFlow yet)."""
+    if tf.config.list_logical_devices("GPU"):
         return False
-    return not tf.config.list_logical_devices("GPU")
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return _loader.xla_missing_reason() is None
+    return True
 
 
 def inference_gradient(grad_y, x, scale, mean, variance, epsilon: float, data_format: str):
@@ -79,7 +82,7 @@ def fused_batch_norm(
     inference mode to mean and variance as well (TensorFlow's gradient has none for them).
 
     ``forward`` picks the forward op: ``"auto"`` the library's ``FbnFusedBatchNormV3`` where it
-    has a kernel (the CPU, outside XLA compilation: `shim_forward_available`) and TensorFlow's
+    has a kernel (the CPU, compiled by XLA or not: `shim_forward_available`) and TensorFlow's
     ``FusedBatchNormV3`` elsewhere; ``"tf_fbn_ops"`` always the library's; ``"tensorflow"``
     always TensorFlow's. The library's forward gives the same bits for any thread count; with
     TensorFlow's (oneDNN on, its default) a training step does not.

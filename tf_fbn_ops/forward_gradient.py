@@ -9,6 +9,7 @@ module is passed in (``library``), so this module imports nothing of the package
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_util
 
 TF_FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 SHIM_FORWARD_OPS = ("FbnFusedBatchNorm", "FbnFusedBatchNormV2", "FbnFusedBatchNormV3")
@@ -29,9 +30,11 @@ def forward_op_gradient(library, forward_type: str, grad_y, x, scale, saved_or_p
 
     In training mode the statistics are the forward's saved reserve spaces; in inference mode
     the population mean and variance it was given. No transposes are needed for channels-first
-    inference, unlike TensorFlow's own gradient. The library's forward has CPU kernels only, so
-    its reserve_space_2 holds the CPU contract's variance: its gradient runs on the CPU too, where
-    the gradient op reads a variance (on a GPU it would read an inverse standard deviation).
+    inference, unlike TensorFlow's own gradient. The library's forward has no GPU kernel, so
+    eagerly and in graphs it runs on the CPU and its reserve_space_2 holds the CPU contract's
+    variance: its gradient runs on the CPU too, where the gradient op reads a variance (on a GPU
+    it would read an inverse standard deviation). Under XLA the pair compiles for one device, and
+    the forward saves what the gradient compiled there reads.
     """
     kwargs = dict(y_backprop=grad_y, x=x, scale=scale, reserve_space_1=saved_or_population_mean,
                   reserve_space_2=saved_or_population_variance, epsilon=epsilon,
@@ -40,7 +43,8 @@ def forward_op_gradient(library, forward_type: str, grad_y, x, scale, saved_or_p
     if suffix == "V3":
         kwargs["reserve_space_3"] = reserve_space_3
     gradient_op = getattr(library, _GRADIENT_OP[suffix])
-    if forward_type in SHIM_FORWARD_OPS:
+    in_xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    if forward_type in SHIM_FORWARD_OPS and not in_xla:
         # The device type only: under tf.distribute a replica keeps its own CPU.
         with tf.device("CPU"):
             return tuple(gradient_op(**kwargs)[:3])

@@ -3,10 +3,9 @@ platform test compares an AArch64 root under qemu with this x86-64 machine).
 
 Every op, dtype, layout (5-D too for V3) and mode, on a shape of the exact family (fewer than
 1024 elements per channel) and one of the streaming family, eagerly and, where the library has
-XLA, under jit_compile; the forward ops likewise (eagerly: no XLA lowering yet), in training
-with a running average; synchronized batch norm's two ops likewise (its sums, then x_backprop and
-the gradients from twice those sums and twice the count, as two replicas with the same batch
-would give). Inputs are built from integers (numpy's PCG64 stream, scaled by powers
+XLA, under jit_compile; the forward ops likewise, in training with a running average;
+synchronized batch norm's two ops likewise (its sums, then x_backprop and the gradients from
+twice those sums and twice the count, as two replicas with the same batch would give). Inputs are built from integers (numpy's PCG64 stream, scaled by powers
 of two), so they are the same bits everywhere; the saved statistics are made up the same way
 rather than taken from TensorFlow's forward op, whose own bits may differ between machines.
 
@@ -122,7 +121,10 @@ def main(argv: list[str]) -> int:
                                                                      *sync_cases()):
         args = inputs(tf, dtype, shape, channels_last, seed)
         if op.startswith("forward"):
-            runs = {"eager": forward_call(tf_fbn_ops, op.split()[1], args, layout, training)}
+            forward = forward_call(tf_fbn_ops, op.split()[1], args, layout, training)
+            runs = {"eager": forward}
+            if xla:
+                runs["xla"] = tf.function(forward, jit_compile=True)
         elif op == "sync":
             halves = sync_halves(tf_fbn_ops.ops, layout)
             runs = {"eager": lambda: halves(**args)}

@@ -1,5 +1,6 @@
 // What reserve_space_2 holds when a gradient op runs in training mode: the one place that
-// decides it, for every kernel (CPU, GPU, XLA on either). A gradient must read what TensorFlow's
+// decides it, for every kernel (CPU, GPU, XLA on either), and so what the library's own forward
+// ops save there on the same device. A gradient must read what TensorFlow's
 // forward in the same program wrote, and that depends on where the pair runs, on the op's
 // version and, under XLA on a GPU, on the TensorFlow release:
 //
@@ -40,8 +41,9 @@ constexpr bool AtLeast(TfRelease release, TfRelease since) {
 }
 
 // True where, in training mode, the gradient op of `op_version` (1, 2 or 3) on `device` reads
-// reserve_space_2 as 1/sqrt(var + eps); false where it reads the variance. `release` is the
-// TensorFlow the op runs in; only XLA on a GPU depends on it.
+// reserve_space_2 as 1/sqrt(var + eps), and the forward op of that version saves it so; false
+// where it reads the variance. `release` is the TensorFlow the op runs in; only XLA on a GPU
+// depends on it.
 constexpr bool SavedInverseStd(GradDevice device, int op_version, TfRelease release) {
   switch (device) {
     case GradDevice::kGpu:
@@ -63,8 +65,8 @@ inline TfRelease RunningTensorFlow() {
   return release;
 }
 
-// 1, 2 or 3 for FbnFusedBatchNormGrad, FbnFusedBatchNormGradV2, FbnFusedBatchNormGradV3.
-inline int GradOpVersion(const std::string& op_type) {
+// 1, 2 or 3 for an op of either family: FbnFusedBatchNormGrad (FbnFusedBatchNorm), V2, V3.
+inline int OpVersion(const std::string& op_type) {
   if (op_type.size() >= 2 && op_type[op_type.size() - 2] == 'V') return op_type.back() - '0';
   return 1;
 }

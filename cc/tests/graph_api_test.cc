@@ -11,93 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "tensorflow/cc/framework/scope.h"
-#include "tensorflow/cc/ops/const_op.h"
-#include "tensorflow/cc/ops/math_ops.h"
+#include "graph_api_util.h"
 #include "tensorflow/cc/ops/nn_ops.h"
-#include "tensorflow/core/framework/tensor.h"
-#include "tensorflow/core/public/session.h"
 #include "tf_fbn_ops/ops.h"
 
 namespace {
 
-using ::tensorflow::DataType;
-using ::tensorflow::Output;
-using ::tensorflow::Scope;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-
-int failures = 0;
-int checks = 0;
-
-void Check(bool ok, const std::string& what) {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    std::printf("FAIL %s\n", what.c_str());
-  }
-}
-
-// Deterministic values in [-1, 1), different per seed.
-Tensor Filled(DataType dtype, const TensorShape& shape, int seed, float offset = 0.0f,
-              float spread = 1.0f) {
-  Tensor f(::tensorflow::DT_FLOAT, shape);
-  auto flat = f.flat<float>();
-  unsigned state = 2654435761u * static_cast<unsigned>(seed + 1);
-  for (int64_t i = 0; i < flat.size(); ++i) {
-    state = state * 1664525u + 1013904223u;
-    flat(i) = offset + spread * (static_cast<float>(state >> 8) / 8388608.0f - 1.0f);
-  }
-  if (dtype == ::tensorflow::DT_FLOAT) return f;
-  // Through the graph's own Cast, so 16-bit values are rounded exactly as TensorFlow rounds.
-  Scope scope = Scope::NewRootScope();
-  auto cast = ::tensorflow::ops::Cast(scope, ::tensorflow::ops::Const(scope, f), dtype);
-  std::unique_ptr<::tensorflow::Session> session(
-      ::tensorflow::NewSession(::tensorflow::SessionOptions()));
-  ::tensorflow::GraphDef graph;
-  TF_CHECK_OK(scope.ToGraphDef(&graph));
-  TF_CHECK_OK(session->Create(graph));
-  std::vector<Tensor> out;
-  TF_CHECK_OK(session->Run({}, {cast.node()->name()}, {}, &out));
-  return out[0];
-}
-
-// Runs the scope's graph and fetches `outputs`; a failed run is a failed check.
-std::vector<Tensor> Run(const Scope& scope, const std::vector<Output>& outputs,
-                        const std::string& what) {
-  ::tensorflow::GraphDef graph;
-  std::vector<Tensor> values;
-  ::tensorflow::Status status = scope.ToGraphDef(&graph);
-  std::unique_ptr<::tensorflow::Session> session(
-      ::tensorflow::NewSession(::tensorflow::SessionOptions()));
-  if (status.ok()) status = session->Create(graph);
-  std::vector<std::string> names;
-  for (const Output& o : outputs) names.push_back(o.name());
-  if (status.ok()) status = session->Run({}, names, {}, &values);
-  Check(status.ok(), what + ": run: " + status.ToString());
-  return values;
-}
-
-double AsDouble(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case ::tensorflow::DT_HALF:
-      return static_cast<float>(t.flat<Eigen::half>()(i));
-    case ::tensorflow::DT_BFLOAT16:
-      return static_cast<float>(t.flat<Eigen::bfloat16>()(i));
-    default:
-      return t.flat<float>()(i);
-  }
-}
-
-// Largest |a - b| relative to the largest |b|.
-double RelativeDifference(const Tensor& a, const Tensor& b) {
-  double diff = 0.0, scale = 1e-30;
-  for (int64_t i = 0; i < b.NumElements(); ++i) {
-    diff = std::max(diff, std::fabs(AsDouble(a, i) - AsDouble(b, i)));
-    scale = std::max(scale, std::fabs(AsDouble(b, i)));
-  }
-  return diff / scale;
-}
+using namespace graph_api_test;  // NOLINT: the shared test vocabulary
 
 // One op's inputs, as graph constants.
 struct Inputs {
@@ -166,20 +86,9 @@ void CompareRuns(const Scope& scope, const GradOutputs& ours, const GradOutputs&
 void CheckAttrs(const ::tensorflow::Operation& operation, float epsilon,
                 const std::string& data_format, bool is_training, const std::string& what) {
   Check(operation.node() != nullptr, what + ": node built");
-  if (operation.node() == nullptr) return;
-  const ::tensorflow::AttrSlice attrs = operation.node()->attrs();
-  float got_epsilon = 0.0f;
-  std::string got_format;
-  bool got_training = !is_training;
-  Check(::tensorflow::GetNodeAttr(attrs, "epsilon", &got_epsilon).ok() &&
-            got_epsilon == epsilon,
-        what + ": epsilon");
-  Check(::tensorflow::GetNodeAttr(attrs, "data_format", &got_format).ok() &&
-            got_format == data_format,
-        what + ": data_format");
-  Check(::tensorflow::GetNodeAttr(attrs, "is_training", &got_training).ok() &&
-            got_training == is_training,
-        what + ": is_training");
+  CheckAttr(operation, "epsilon", epsilon, what);
+  CheckAttr(operation, "data_format", data_format, what);
+  CheckAttr(operation, "is_training", is_training, what);
 }
 
 void TestDefaultsAgainstTensorFlow() {
@@ -325,16 +234,7 @@ void TestBadShapeThroughScopeStatus() {
     }
     return scope.status();
   };
-  const ::tensorflow::Status ours = build(true), theirs = build(false);
-  Check(!ours.ok() && !theirs.ok(), "bad shape rejected");
-  // The messages name the ops' nodes; what is wrong reads the same.
-  auto problem = [](const ::tensorflow::Status& s) {
-    std::string m(s.message());
-    return m.substr(0, m.find(" for '"));
-  };
-  Check(problem(ours) == problem(theirs),
-        "same text as TensorFlow's class: \"" + problem(ours) + "\" vs \"" + problem(theirs) +
-            "\"");
+  CheckSameProblem(build(true), build(false));
 }
 
 }  // namespace
@@ -344,6 +244,5 @@ int main() {
   TestEveryAttrBothWays();
   TestChannelsFirstInferenceAgainstTheFormula();
   TestBadShapeThroughScopeStatus();
-  std::printf("graph_api_test: %d checks, %d failed\n", checks, failures);
-  return failures == 0 ? 0 : 1;
+  return Summary("graph_api_test");
 }

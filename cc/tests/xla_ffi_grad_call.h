@@ -1,5 +1,6 @@
 // The handlers' call (the contract in cc/xla_ffi/bn_grad_ffi.h) as the FFI tests build it: a
-// 4-D or 5-D shape in either layout, one call's frame, and calls that break the contract.
+// 4-D or 5-D shape in either layout, one call's frame, and calls that break the contract; the
+// pools a host handler runs on and what a refused call must come to (every handler's tests).
 #ifndef TF_FBN_OPS_CC_TESTS_XLA_FFI_GRAD_CALL_H_
 #define TF_FBN_OPS_CC_TESTS_XLA_FFI_GRAD_CALL_H_
 
@@ -150,6 +151,41 @@ GradCallSpec SpecFor(const FfiShape& s, const Params& params, const Tensors<T>& 
   return spec;
 }
 
+// The host handlers' pools: every case runs on each.
+struct Pools {
+  FakeThreadPool one{1}, two{2}, seven{7};
+};
+
+// A way of running a host handler: the pool it gets, and whether it runs in place.
+struct PoolVariant {
+  const char* what;
+  FakeThreadPool* pool;
+  bool schedule_fails;
+  bool in_place;
+};
+
+inline std::vector<PoolVariant> PoolVariants(Pools* pools) {
+  return {{"1 thread", &pools->one, false, false},
+          {"2 threads", &pools->two, false, false},
+          {"7 threads", &pools->seven, false, false},
+          {"no pool", nullptr, false, false},
+          {"7 threads refusing tasks", &pools->seven, true, false},
+          {"2 threads in place", &pools->two, false, true}};
+}
+
+// What a call that breaks a contract must come to: an InvalidArgument error containing
+// `message`, no buffer written (`untouched`), every error destroyed.
+inline void CheckRefused(const FfiStatus& status, const std::string& name, const char* message,
+                         bool untouched, int errors_before) {
+  Check(!status.ok && status.code == XLA_FFI_Error_Code_INVALID_ARGUMENT &&
+            status.message.find(message) != std::string::npos,
+        name + ": InvalidArgument containing \"" + message + "\"; got " +
+            (status.ok ? "success" : "code " + std::to_string(status.code) + " \"" +
+                                         status.message + "\""));
+  Check(untouched, name + ": no buffer written");
+  Check(LiveErrors() == errors_before, name + ": every error destroyed");
+}
+
 // Calls that break the contract, each of which the handler must refuse with an InvalidArgument
 // error naming the fault, writing nothing: `handler` runs in `ctx` (which the caller sets up
 // for it: a pool, a stream). The buffers are host memory, which the emulated GPU shares.
@@ -219,14 +255,8 @@ inline void CheckBadCalls(XLA_FFI_Handler* handler, XLA_FFI_ExecutionContext* ct
     CallFrame frame(ctx);
     spec.AddTo(&frame);
     const FfiStatus status = frame.Call(handler);
-    const std::string name = handler_name + ", " + bad.what;
-    Check(!status.ok && status.code == XLA_FFI_Error_Code_INVALID_ARGUMENT &&
-              status.message.find(bad.message) != std::string::npos,
-          name + ": InvalidArgument containing \"" + bad.message + "\"; got " +
-              (status.ok ? "success" : "code " + std::to_string(status.code) + " \"" +
-                                           status.message + "\""));
-    Check(arena == untouched, name + ": no buffer written");
-    Check(LiveErrors() == errors_before, name + ": every error destroyed");
+    CheckRefused(status, handler_name + ", " + bad.what, bad.message, arena == untouched,
+                 errors_before);
   }
 }
 

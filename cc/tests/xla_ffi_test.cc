@@ -30,18 +30,6 @@ std::vector<FfiShape> Shapes() {
                          {2, {2, 0, 2}, 3}});
 }
 
-struct Pools {
-  FakeThreadPool one{1}, two{2}, seven{7};
-};
-
-// A way of running the handler: the pool it gets, and whether it runs in place.
-struct Variant {
-  const char* what;
-  FakeThreadPool* pool;
-  bool schedule_fails;
-  bool in_place;
-};
-
 // Fills every output with 0xff bytes (NaN in each type), so an element the handler leaves
 // unwritten cannot match the core's.
 template <typename T>
@@ -62,15 +50,7 @@ void CheckCase(const FfiShape& s, const Case& k, uint32_t seed, Pools* pools) {
   BatchNormGradCpu(p, want.Bind(in), SerialFor());
   Check(AllFinite(want), name + ": the core called directly writes every output");
 
-  const Variant variants[] = {
-      {"1 thread", &pools->one, false, false},
-      {"2 threads", &pools->two, false, false},
-      {"7 threads", &pools->seven, false, false},
-      {"no pool", nullptr, false, false},
-      {"7 threads refusing tasks", &pools->seven, true, false},
-      {"2 threads in place", &pools->two, false, true},
-  };
-  for (const Variant& v : variants) {
+  for (const PoolVariant& v : PoolVariants(pools)) {
     XLA_FFI_ExecutionContext ctx;
     ctx.thread_pool = v.pool;
     ctx.schedule_fails = v.schedule_fails;
@@ -119,7 +99,7 @@ int main() {
     pool.WaitIdle();
     Check(pool.scheduled() == 0, "host: a refused call schedules no task");
   }
-  fbn::Pools pools;
+  Pools pools;
   fbn::CheckAllCases<float>(&pools);
   fbn::CheckAllCases<fbn::Half>(&pools);
   fbn::CheckAllCases<fbn::BFloat16>(&pools);

@@ -28,7 +28,7 @@ class FbnBatchNormGradXlaOp : public XlaOpKernel {
     // What TensorFlow's own forward, compiled in the same program, hands this op.
     const bool on_gpu = ctx->device_type().type_string() == DEVICE_GPU_XLA_JIT;
     saved_inv_std_ = SavedInverseStd(on_gpu ? GradDevice::kXlaGpu : GradDevice::kXlaCpu,
-                                     GradOpVersion(type_string()), RunningTensorFlow());
+                                     OpVersion(type_string()), RunningTensorFlow());
     device_type_ = ctx->device_type();
   }
 

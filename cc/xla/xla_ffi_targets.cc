@@ -6,6 +6,7 @@
 #include "tensorflow/core/platform/logging.h"
 
 #if FBN_XLA_FFI
+#include "cc/xla_ffi/bn_forward_ffi.h"
 #include "cc/xla_ffi/bn_grad_ffi.h"
 #include "cc/xla_ffi/sync_grad_ffi.h"
 #include "cc/xla_ffi/xla_ffi_api.h"
@@ -57,6 +58,7 @@ namespace {
 // The CPU targets go in as the library loads: TensorFlow's XLA is already there.
 const bool host_targets_registered = [] {
   RegisterXlaFfiTargets("Host", {{fbn::xla_ffi::kGradTarget, FbnBatchNormGradHost},
+                                 {fbn::xla_ffi::kForwardTarget, FbnBatchNormForwardHost},
                                  {fbn::xla_ffi::kSyncSumsTarget, FbnSyncGradSumsHost},
                                  {fbn::xla_ffi::kSyncFromSumsTarget, FbnSyncGradFromSumsHost}});
   return true;

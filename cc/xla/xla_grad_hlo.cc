@@ -60,8 +60,12 @@ xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xl
          ((dy - channels.Spread(dy_mean)) - xc * channels.Spread(coef2));
 }
 
+xla::XlaOp EmptyFloatVector(xla::XlaBuilder* builder) {
+  return xla::Broadcast(xla::ConstantR0<float>(builder, 0.0f), {0});
+}
+
 void SetEmptyReserveOutputs(XlaOpKernelContext* ctx) {
-  const xla::XlaOp empty = xla::Broadcast(xla::ConstantR0<float>(ctx->builder(), 0.0f), {0});
+  const xla::XlaOp empty = EmptyFloatVector(ctx->builder());
   ctx->SetOutput(3, empty);
   ctx->SetOutput(4, empty);
 }

@@ -104,6 +104,9 @@ xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xl
                              xla::XlaOp scale, xla::XlaOp inv_std, xla::XlaOp sum_dy,
                              xla::XlaOp sum_dy_xc, xla::XlaOp count);
 
+// Float [0]: what TensorFlow's compiled ops give for outputs nothing reads.
+xla::XlaOp EmptyFloatVector(xla::XlaBuilder* builder);
+
 // Outputs 3 and 4 exist for compatibility only: empty [0], as TensorFlow's CPU kernel.
 void SetEmptyReserveOutputs(XlaOpKernelContext* ctx);
 

@@ -1,6 +1,6 @@
-// What every handler's contract shares (bn_grad_ffi.h, sync_grad_ffi.h): the element tensors
-// (y_backprop, x, x_backprop) and the per-channel vectors checked the same way with the same
-// words, x's view for the core, and the core's storage type for x's element type.
+// What every handler's contract shares (bn_grad_ffi.h, sync_grad_ffi.h, bn_forward_ffi.h): x and
+// the tensors of its shape, and the per-channel vectors, checked the same way with the same
+// words; x's view for the core; the core's storage type for x's element type.
 #ifndef TF_FBN_OPS_CC_XLA_FFI_FFI_CHECKS_H_
 #define TF_FBN_OPS_CC_XLA_FFI_FFI_CHECKS_H_
 
@@ -34,11 +34,9 @@ inline bool SameDims(ffi::AnyBuffer::Dimensions a, ffi::AnyBuffer::Dimensions b)
   return true;
 }
 
-// x is 4- or 5-D of f32, f16 or bf16; y_backprop and x_backprop (where the call has one) have
-// its type and shape. On success, x's view for the core (channels last: NHWC/NDHWC).
-inline ffi::Error DescribeElementTensors(const ffi::AnyBuffer& y_backprop, const ffi::AnyBuffer& x,
-                                         const ffi::AnyBuffer* x_backprop, bool channels_last,
-                                         Shape* shape) {
+// x is 4- or 5-D of f32, f16 or bf16. On success, x's view for the core (channels last:
+// NHWC/NDHWC).
+inline ffi::Error DescribeX(const ffi::AnyBuffer& x, bool channels_last, Shape* shape) {
   const auto dims = x.dimensions();
   if (dims.size() != 4 && dims.size() != 5) {
     return ffi::Error::InvalidArgument("x must be 4- or 5-dimensional, got " + DimsString(dims));
@@ -47,6 +45,23 @@ inline ffi::Error DescribeElementTensors(const ffi::AnyBuffer& y_backprop, const
   if (type != ffi::DataType::F32 && type != ffi::DataType::F16 && type != ffi::DataType::BF16) {
     return ffi::Error::InvalidArgument("x must be f32, f16 or bf16");
   }
+  const int channel_dim = channels_last ? static_cast<int>(dims.size()) - 1 : 1;
+  int64_t spatial = 1;
+  for (size_t d = 1; d < dims.size(); ++d) {
+    if (static_cast<int>(d) != channel_dim) spatial *= dims[d];
+  }
+  *shape = Shape{dims[0], dims[channel_dim], spatial, channels_last};
+  return ffi::Error::Success();
+}
+
+// DescribeX, then y_backprop and x_backprop (where the call has one) of x's type and shape.
+inline ffi::Error DescribeElementTensors(const ffi::AnyBuffer& y_backprop, const ffi::AnyBuffer& x,
+                                         const ffi::AnyBuffer* x_backprop, bool channels_last,
+                                         Shape* shape) {
+  ffi::Error error = DescribeX(x, channels_last, shape);
+  if (error.failure()) return error;
+  const auto dims = x.dimensions();
+  const ffi::DataType type = x.element_type();
   if (y_backprop.element_type() != type ||
       (x_backprop != nullptr && x_backprop->element_type() != type)) {
     return ffi::Error::InvalidArgument(x_backprop != nullptr
@@ -60,12 +75,6 @@ inline ffi::Error DescribeElementTensors(const ffi::AnyBuffer& y_backprop, const
     return ffi::Error::InvalidArgument("y_backprop " + DimsString(y_backprop.dimensions()) +
                                        also + " must have x's shape " + DimsString(dims));
   }
-  const int channel_dim = channels_last ? static_cast<int>(dims.size()) - 1 : 1;
-  int64_t spatial = 1;
-  for (size_t d = 1; d < dims.size(); ++d) {
-    if (static_cast<int>(d) != channel_dim) spatial *= dims[d];
-  }
-  *shape = Shape{dims[0], dims[channel_dim], spatial, channels_last};
   return ffi::Error::Success();
 }
 

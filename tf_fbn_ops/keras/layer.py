@@ -3,8 +3,8 @@
 Keras 3 computes batch norm from separate ops (moments, rsqrt, multiply, add), so there is no
 ``FusedBatchNorm*`` op for `shim_gradients()` to reach. This layer is Keras' own class with one
 method changed: where the input fits the fused ops, training's ``call`` runs the library's
-``FbnFusedBatchNormV3`` forward (TensorFlow's ``FusedBatchNormV3`` where ours has no kernel yet:
-on a GPU and under XLA, or when asked for) and ``FbnFusedBatchNormGradV3`` backward (with
+``FbnFusedBatchNormV3`` forward (TensorFlow's ``FusedBatchNormV3`` where ours has no kernel yet,
+on a GPU, or when asked for) and ``FbnFusedBatchNormGradV3`` backward (with
 ``synchronized=True``, in training, the
 statistics of every replica and the synchronized backward of tf_fbn_ops.sync_batch_norm);
 everywhere else it is Keras' code unchanged.
@@ -38,9 +38,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
     float16, bfloat16 or float32, run a fused forward and the shim's
     ``FbnFusedBatchNormGradV3`` backward, in training and in inference mode. Training's forward is
     ``forward`` as `tf_fbn_ops.fused_batch_norm` takes it: by default (``"auto"``) the library's
-    ``FbnFusedBatchNormV3`` on the CPU outside XLA, which makes a training step the same bits
-    for any thread count, and TensorFlow's ``FusedBatchNormV3`` elsewhere; ``"tensorflow"``
-    keeps TensorFlow's everywhere. With
+    ``FbnFusedBatchNormV3`` on the CPU, compiled by XLA or not, which makes a training step the
+    same bits for any thread count, and TensorFlow's ``FusedBatchNormV3`` elsewhere;
+    ``"tensorflow"`` keeps TensorFlow's everywhere. With
     ``synchronized=True`` training takes its statistics over every replica of the
     ``tf.distribute`` strategy it runs under (one all-reduce forward, one backward;
     `tf_fbn_ops.sync_batch_norm`); outside a strategy it is the layer without the flag. These

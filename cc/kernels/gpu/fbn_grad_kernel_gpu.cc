@@ -33,7 +33,7 @@ struct BatchNormGradFunctor<GpuDevice, T> {
     // ours, not cuDNN's).
     params.saved_inv_std =
         params.is_training && params.stage == fbn::Stage::kWhole &&
-        SavedInverseStd(GradDevice::kGpu, GradOpVersion(ctx->op_kernel().type_string()),
+        SavedInverseStd(GradDevice::kGpu, OpVersion(ctx->op_kernel().type_string()),
                         /*release: cuDNN's contract is the same in every one*/ {0, 0});
     stream_executor::Stream* stream =
         ctx->op_device_context() ? ctx->op_device_context()->stream() : nullptr;

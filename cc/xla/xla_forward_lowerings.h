@@ -1,0 +1,33 @@
+// The two ways the XLA kernel of the forward ops (fbn_forward_xla_kernel.cc) compiles them, as
+// for the gradients (xla_grad_lowerings.h): a custom call of our FFI target (the core's CPU
+// forward, the non-jit kernels' bits), or an HLO lowering in double. Both take inputs that
+// ValidateForwardInputs has accepted and set outputs 0-4 (V3's output 5 is the kernel's).
+#ifndef TF_FBN_OPS_CC_XLA_XLA_FORWARD_LOWERINGS_H_
+#define TF_FBN_OPS_CC_XLA_XLA_FORWARD_LOWERINGS_H_
+
+#include <string>
+
+#include "cc/core/bn_forward.h"
+#include "cc/kernels/fbn_forward_validation.h"
+#include "cc/xla/xla_grad_lowerings.h"
+
+namespace tensorflow {
+namespace fbn_kernels {
+
+// The gradients' choice (ChooseXlaGradPath), except on a GPU: the forward's CUDA kernels have
+// not yet run on one, so there it compiles to the HLO lowering.
+XlaGradPath ChooseXlaForwardPath(const DeviceType& device_type, std::string* why);
+
+// save_inv_std: training saves 1/sqrt(var + eps) in reserve_space_2 (SavedInverseStd).
+void BuildForwardCustomCall(XlaOpKernelContext* ctx, const ForwardAttrs& attrs,
+                            bool save_inv_std);
+
+// The reference's arithmetic (cc/core/bn_forward_reference.cc) in HLO: inputs widened to
+// double, the mean, then the squared deviations about it, each output rounded once from double.
+void BuildForwardHlo(XlaOpKernelContext* ctx, const ForwardAttrs& attrs, bool save_inv_std,
+                     const fbn::Shape& shape);
+
+}  // namespace fbn_kernels
+}  // namespace tensorflow
+
+#endif  // TF_FBN_OPS_CC_XLA_XLA_FORWARD_LOWERINGS_H_
