@@ -266,6 +266,7 @@ XLA_FFI_TEST     := build/xla_ffi_test
 XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
 XLA_FFI_SYNC_TEST := build/xla_ffi_sync_test
 XLA_FFI_FORWARD_TEST := build/xla_ffi_forward_test
+XLA_FFI_FORWARD_EMU_TEST := build/xla_ffi_forward_emu_test
 XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -I$(XLA_FFI_INCLUDE)
 
 $(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
@@ -280,11 +281,17 @@ $(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
 	    -o $@
 
-# The forward's handler (CPU).
+# The forward's handlers, CPU and CUDA (emulated).
 $(XLA_FFI_FORWARD_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
 	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_LIB_SOURCES) cc/tests/xla_ffi_fake_api.cc \
 	    cc/tests/xla_ffi_forward_test.cc -o $@
+
+$(XLA_FFI_FORWARD_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
+	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) cc/tests/xla_ffi_fake_api.cc \
+	    cc/tests/xla_ffi_forward_emu_test.cc cc/tests/gpu_emulator/emulator.cc -o $@
 
 # Synchronized batch norm's handlers, CPU and CUDA (emulated) in one program.
 $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
@@ -295,9 +302,11 @@ $(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
 	    -o $@
 
 ## the FFI handlers on a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan
-xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST) $(XLA_FFI_FORWARD_TEST)
+xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST) $(XLA_FFI_FORWARD_TEST) \
+              $(XLA_FFI_FORWARD_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_FORWARD_TEST)
+	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_FORWARD_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_SYNC_TEST)
 

@@ -30,6 +30,10 @@ def test_check_passes_on_this_machine_and_says_what_it_did_not_check() -> None:
         assert f"PASS /device:CPU:0: {name} 28/28 cases" in out
     if _loader.xla_missing_reason() is None:
         assert "PASS /device:CPU:0: XLA parity 28/28 cases" in out
+    for name in ("forward parity", "forward deterministic"):
+        assert f"PASS CPU: {name} 28/28 cases" in out
+    if _loader.xla_missing_reason() is None:
+        assert "PASS CPU: forward under XLA 28/28 cases" in out
     assert "Keras 3 layer training step as a graph matches" in out
     if _loader.xla_missing_reason() is None:
         assert "Keras 3 layer training step compiled by XLA matches" in out

@@ -2,7 +2,8 @@
 TensorFlow), registered into JAX's XLA by tools/jax_ffi_check.py in a process without
 TensorFlow: every dtype, layout and mode against the float64 oracle, run to run, bad calls, and
 bit-identical to this TensorFlow kernel on the cases it has (CPU contract); synchronized batch
-norm's two targets likewise (tools/jax_sync_ffi_check.py). The same run calls
+norm's two targets likewise (tools/jax_sync_ffi_check.py), and the forward's
+(tools/jax_forward_ffi_check.py). The same run calls
 the CUDA core's C entry, built against the host emulator, directly on JAX's buffers: the
 plumbing a GPU run uses to hold the CUDA handler to the core's bits."""
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LIBRARY = ROOT / "build" / "libtf_fbn_ops_xla_ffi.so"
 CHECK = ROOT / "tools" / "jax_ffi_check.py"
 SYNC_CHECK = ROOT / "tools" / "jax_sync_ffi_check.py"
+FORWARD_CHECK = ROOT / "tools" / "jax_forward_ffi_check.py"
 
 
 def _tool(path: Path):
@@ -143,3 +145,37 @@ def test_jax_runs_the_synchronized_handlers_with_the_kernels_bits(tmp_path) -> N
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     # 3 dtypes x 4 layouts x 2 cuts against the kernels; a low count; 3 bad calls.
     assert "28 checks (24 against the kernels' bits), 0 failed" in run.stdout, run.stdout
+
+
+def test_jax_runs_the_forward_handler_with_the_kernels_bits(tmp_path) -> None:
+    """The forward's target in JAX's XLA: against the oracle, run to run, bad calls, and the
+    bits of this TensorFlow's FbnFusedBatchNormV3 kernel on every case with the CPU contract."""
+    _require_library()
+    check = _tool(FORWARD_CHECK)
+    expected = {}
+    rng = np.random.default_rng(0)  # the tool's own draws, so its cases get these inputs
+    for dtype_name, dtype in check.grad.DTYPES.items():
+        for layout in check.grad.LAYOUTS:
+            for mode, is_training, factor, save_inv_std in check.MODES:
+                for shape in (check.grad.LAYOUTS[layout], check.grad.EMPTY[layout]):
+                    inputs = check.make_inputs(rng, shape, layout, dtype,
+                                               not is_training or factor != 1.0)
+                    if save_inv_std:  # the GPU contract: no CPU kernel to compare with
+                        continue
+                    key = check.case_key(dtype_name, layout, mode, shape)
+                    outputs = tf_fbn_ops.fused_batch_norm_forward_v3(
+                        *(tf.constant(v) for v in inputs), epsilon=check.grad.EPSILON,
+                        exponential_avg_factor=factor, data_format=layout,
+                        is_training=is_training)
+                    for i, value in enumerate(inputs):
+                        expected[f"{key}/in{i}"] = value
+                    for i in range(5):
+                        expected[f"{key}/out{i}"] = outputs[i].numpy()
+    np.savez(tmp_path / "expected.npz", **expected)
+    run = subprocess.run(
+        [sys.executable, str(FORWARD_CHECK), str(LIBRARY), "--platform", "cpu",
+         "--expected", str(tmp_path / "expected.npz")],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # 3 dtypes x 4 layouts x 4 modes x 2 shapes, 72 of them with the CPU contract; 4 bad calls.
+    assert "100 checks (72 against the kernel's bits), 0 failed" in run.stdout, run.stdout

@@ -192,16 +192,29 @@ BAD_CALLS = (
 )
 
 
+def refusal_problem(run, fragment: str) -> str | None:
+    """None when run() raises an error containing `fragment`, else what happened instead."""
+    try:
+        run()
+        return "accepted"
+    except Exception as error:  # noqa: BLE001 - JAX's runtime error type varies by version
+        return None if fragment in str(error) else f"unexpected error: {error}"
+
+
+def print_failures(records: list[dict]) -> list[dict]:
+    """One FAIL line per record with problems; those records."""
+    failed = [r for r in records if r["problems"]]
+    for record in failed:
+        print(f"FAIL {record['case']}: {'; '.join(record['problems'])}")
+    return failed
+
+
 def check_bad_calls() -> list[dict]:
     records = []
     for what, shapes, dtype, result, fragment in BAD_CALLS:
         operands = [np.ones(s, dtype if i < 2 else np.float32) for i, s in enumerate(shapes)]
         call = grad_call(result, dtype, shapes[2][0], **attrs_for("NHWC", True, False))
-        try:
-            call(*operands)[0].block_until_ready()
-            problem = "accepted"
-        except Exception as error:  # noqa: BLE001 - JAX's runtime error type varies by version
-            problem = None if fragment in str(error) else f"unexpected error: {error}"
+        problem = refusal_problem(lambda: call(*operands)[0].block_until_ready(), fragment)
         records.append({"case": f"bad call: {what}", "problems": [problem] if problem else []})
     return records
 
@@ -347,9 +360,7 @@ def main() -> int:
     if direct is not None:
         records += check_direct(direct, args.platform, reference)
     timings = time_cases(args.platform, direct) if args.time else []
-    failed = [r for r in records + timings if r["problems"]]
-    for record in failed:
-        print(f"FAIL {record['case']}: {'; '.join(record['problems'])}")
+    failed = print_failures(records + timings)
     for row in timings:
         beside = (f", the core called directly {row['direct_us']} us "
                   f"({row['median_us'] / row['direct_us']:.2f}x)" if "direct_us" in row else "")

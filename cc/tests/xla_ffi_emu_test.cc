@@ -16,6 +16,7 @@
 #include "cc/core/bn_grad.h"
 #include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/test_util.h"
+#include "cc/tests/xla_ffi_cuda_memory.h"
 #include "cc/tests/xla_ffi_fake_api.h"
 #include "cc/tests/xla_ffi_grad_call.h"
 #include "cc/xla_ffi/bn_grad_ffi.h"
@@ -29,40 +30,6 @@ using namespace testing;  // NOLINT: the shared test vocabulary
 std::vector<FfiShape> Shapes() {
   return WithEdgeShapes({{3, {4, 4}, 33}, {4, {16, 16}, 8}, {1, {2, 8, 8}, 20}});
 }
-
-// The fake's device memory: the emulator's cudaMalloc (host memory, 256-byte aligned and filled
-// with NaN bytes) and cudaFree.
-void* CudaAllocate(size_t bytes) {
-  void* p = nullptr;
-  return cudaMalloc(&p, bytes) == cudaSuccess ? p : nullptr;
-}
-void CudaRelease(void* p) { cudaFree(p); }
-
-// One device array, copied in and out whole.
-template <typename V>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t count) : count_(count), data_(static_cast<V*>(
-                                                           CudaAllocate(count * sizeof(V)))) {}
-  ~DeviceArray() { cudaFree(data_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  V* get() const { return data_; }
-  bool In(const V* host) { return Copy(data_, host, cudaMemcpyHostToDevice); }
-  bool Out(std::vector<V>* host) const {
-    host->resize(count_);
-    return Copy(host->data(), data_, cudaMemcpyDeviceToHost);
-  }
-  bool Garbage() { return cudaMemset(data_, 0xff, count_ * sizeof(V)) == cudaSuccess; }
-
- private:
-  bool Copy(void* dst, const void* src, cudaMemcpyKind kind) const {
-    return data_ != nullptr && cudaMemcpy(dst, src, count_ * sizeof(V), kind) == cudaSuccess;
-  }
-  size_t count_;
-  V* data_;
-};
 
 // Device copies of one case's buffers, outputs filled with NaN bytes.
 template <typename T>
@@ -103,15 +70,6 @@ struct DeviceBuffers {
   bool in_place_ = false;
 };
 
-// The fake's context for the CUDA handler: a stream and the emulator's memory.
-struct CudaContext {
-  XLA_FFI_ExecutionContext ctx;
-  explicit CudaContext(cudaStream_t stream) {
-    ctx.stream = stream;
-    ctx.memory = FakeMemory{CudaAllocate, CudaRelease};
-  }
-};
-
 template <typename T>
 void CheckCase(const FfiShape& s, const Case& k, uint32_t seed, cudaStream_t stream) {
   const std::string name = "cuda " + DimsText(XDims(s, k.shape.channels_last)) + " " +
@@ -142,13 +100,7 @@ void CheckCase(const FfiShape& s, const Case& k, uint32_t seed, cudaStream_t str
     Check(device.ok && status.ok && device.Fetch(&got),
           what + ": succeeds" + (status.ok ? "" : ": \"" + status.message + "\""));
     Check(SameBits(got, want), what + ": the bits of the core called directly");
-    const int expected = scratch_bytes > 0 ? 1 : 0;
-    Check(c.ctx.allocations == expected && c.ctx.frees == expected && c.ctx.bad_frees == 0 &&
-              c.ctx.live.empty() && (expected == 0 || c.ctx.last_size == scratch_bytes),
-          what + ": " + std::to_string(expected) + " scratch allocation(s) of " +
-              std::to_string(scratch_bytes) + " bytes through XLA's allocator, freed; got " +
-              std::to_string(c.ctx.allocations) + " of " + std::to_string(c.ctx.last_size) +
-              ", " + std::to_string(c.ctx.frees) + " freed");
+    CheckScratchThroughXla(c, scratch_bytes, what);
   }
 }
 
@@ -222,7 +174,7 @@ int main() {
   }
   CheckMetadata(FbnBatchNormGradCuda, "cuda");
   {
-    fbn::CudaContext c(stream);
+    CudaContext c(stream);
     CheckBadCalls(FbnBatchNormGradCuda, &c.ctx, "cuda");
     Check(c.ctx.allocations == c.ctx.frees && c.ctx.live.empty() && c.ctx.bad_frees == 0,
           "cuda: refused calls leave no scratch allocated");

@@ -1,5 +1,5 @@
 // XLA FFI custom-call target for the batch-norm forward (the ops FbnFusedBatchNorm, V2, V3):
-// the core's CPU forward inside compiled XLA programs, with the non-jit kernels' bits. Like
+// the core's CPU or CUDA forward inside compiled XLA programs, with the non-jit kernels' bits. Like
 // bn_grad_ffi.h's target, it needs XLA's FFI headers and nothing of TensorFlow.
 //
 // tf_fbn_ops_batch_norm_forward:
@@ -23,6 +23,10 @@
 
 // The CPU handler: the core's CPU forward on XLA's intra-op thread pool.
 FBN_FFI_EXPORT XLA_FFI_Error* FbnBatchNormForwardHost(XLA_FFI_CallFrame* call_frame);
+// The CUDA handler: the core's CUDA forward on XLA's stream (in builds with CUDA only). Built and
+// tested under the host emulator; TensorFlow's XLA does not register it until a GPU has run it
+// (ChooseXlaForwardPath), JAX can (make xla-ffi-lib XLA_FFI_CUDA=1).
+FBN_FFI_EXPORT XLA_FFI_Error* FbnBatchNormForwardCuda(XLA_FFI_CallFrame* call_frame);
 
 namespace fbn {
 namespace xla_ffi {

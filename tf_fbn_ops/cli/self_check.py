@@ -11,6 +11,10 @@ driver check's verdict, the CUDA versions), then on every device TensorFlow sees
 - XLA, where the library has its lowerings: TensorFlow's forward op and the shim's gradient
   compiled together (jit_compile=True), as a compiled training step pairs them, against
   TensorFlow's forward and gradient compiled together, with the same parity bound;
+- the forward ops (on the CPU, where they have kernels): each version, dtype, layout and mode
+  next to TensorFlow's forward op against a float64 oracle with the same bound, five runs with
+  the same bits, and compiled by XLA with the eager bits (custom calls) or within the bound (the
+  HLO lowering);
 - the Keras 3 layer: one training step of a small model with tf_fbn_ops.keras.BatchNormalization
   against the same step with Keras' own layer (loss and weights to float32 rounding), as a
   graph and, where the library has its XLA lowerings, compiled by XLA (what Keras' `fit` does
@@ -234,6 +238,83 @@ def with_forward(tf, gradient: Callable, forward_op: str, inputs: dict,
     return program
 
 
+FORWARD_SHIMS = {"V1": "fused_batch_norm_forward", "V2": "fused_batch_norm_forward_v2",
+                 "V3": "fused_batch_norm_forward_v3"}
+
+
+def float64_forward(tf, x, scale, offset, mean, variance, data_format: str,
+                    training: bool) -> list:
+    """y, batch_mean and batch_variance (Bessel-corrected) in float64."""
+    as64 = lambda t: tf.cast(t, tf.float32).numpy().astype(np.float64)  # noqa: E731
+    xs = as64(x)
+    axis = 1 if data_format == "NCHW" else xs.ndim - 1
+    axes = tuple(a for a in range(xs.ndim) if a != axis)
+    shape = [1] * xs.ndim
+    shape[axis] = -1
+    if training:
+        m, v = xs.mean(axis=axes), xs.var(axis=axes)
+        n = xs.size // xs.shape[axis]
+        out1, out2 = m, v * n / max(n - 1, 1)
+    else:
+        m, v = as64(mean), as64(variance)
+        out1, out2 = m, v
+    y = ((xs - m.reshape(shape)) / np.sqrt(v.reshape(shape) + np.float64(np.float32(EPSILON)))
+         * as64(scale).reshape(shape) + as64(offset).reshape(shape))
+    return [y, out1, out2]
+
+
+def _forward_checks(report: Report, tf, tf_fbn_ops, xla: bool) -> None:
+    from tf_fbn_ops import _loader  # noqa: PLC0415
+
+    same_bits_compiled = xla and _loader.xla_ffi_missing_reason() is None
+    totals: dict[str, int] = {}
+    failures: dict[str, list[str]] = {}
+    seed = 100
+    for op, dtypes in OPS.items():
+        shim = getattr(tf_fbn_ops, FORWARD_SHIMS[op])
+        builtin = getattr(tf.raw_ops, FORWARD_OPS[op])
+        for dtype in dtypes:
+            for data_format, shape in SHAPES.items():
+                for training in (True, False):
+                    seed += 1
+                    rng = np.random.default_rng(seed)
+                    channels = shape[-1] if data_format == "NHWC" else shape[1]
+                    per_channel = lambda low, high: tf.constant(  # noqa: E731
+                        rng.uniform(low, high, channels), tf.float32)
+                    kwargs = dict(x=tf.cast(rng.standard_normal(shape) * 2 + 30.0, dtype),
+                                  scale=per_channel(0.5, 1.5), offset=per_channel(-1.0, 1.0),
+                                  mean=per_channel(29.0, 31.0), variance=per_channel(3.0, 5.0),
+                                  epsilon=EPSILON, data_format=data_format,
+                                  is_training=training)
+                    with tf.device("CPU"):
+                        ours = shim(**kwargs)
+                        oracle = float64_forward(
+                            tf, *(kwargs[k] for k in ("x", "scale", "offset", "mean",
+                                                      "variance")), data_format, training)
+                        checks = {
+                            "forward parity": _within_bound(tf, ours, builtin(**kwargs), oracle,
+                                                            dtype),
+                            "forward deterministic": None if all(
+                                _bits(shim(**kwargs)[0]) == _bits(ours[0])
+                                for _ in range(RUNS - 1)) else "runs differ"}
+                        if xla:
+                            jit = tf.function(lambda: shim(**kwargs), jit_compile=True)()
+                            checks["forward under XLA"] = (
+                                (None if all(_bits(jit[i]) == _bits(ours[i]) for i in range(5))
+                                 else "not the eager bits") if same_bits_compiled
+                                else _within_bound(tf, jit, None, oracle, dtype))
+                    case = f"CPU forward {op} {dtype} {data_format} training={training}"
+                    for name, problem in checks.items():
+                        totals[name] = totals.get(name, 0) + 1
+                        if problem is not None:
+                            failures.setdefault(name, []).append(f"{case}: {name}: {problem}")
+    for name, total in totals.items():
+        failed = failures.get(name, [])
+        for failure in failed:
+            report.check(False, failure)
+        report.check(not failed, f"CPU: {name} {total - len(failed)}/{total} cases")
+
+
 def _keras_check(report: Report, tf, device: str, jit_compile: bool) -> None:
     """One SGD step of Conv-BN-ReLU-Dense with each layer, from the same weights and data, as a
     graph or compiled by XLA. TensorFloat-32 is off meanwhile: two compiled models may pick
@@ -301,6 +382,7 @@ def main() -> int:
     logger, level = tf.get_logger(), tf.get_logger().level
     logger.setLevel("ERROR")
     try:
+        _forward_checks(report, tf, tf_fbn_ops, xla)
         for device in devices:
             _op_checks(report, tf, tf_fbn_ops, device, xla)
             for jit_compile in (False, True) if xla else (False,):

@@ -1,6 +1,6 @@
 // The CUDA platform of the FFI handlers: the context a CUDA call decodes (the stream XLA runs
 // the program on, its scratch allocator) and how the core runs on it (cc/core/gpu/gpu_call.h).
-// The handlers are written once for any platform (bn_grad_ffi_call.h, sync_grad_ffi_call.h);
+// The handlers are written once for any platform (bn_grad_ffi_call.h, sync_grad_ffi_call.h, bn_forward_ffi_call.h);
 // this is what CUDA adds. No CUDA headers: the FFI hands the stream over as the CUstream_st*
 // the core takes.
 #ifndef TF_FBN_OPS_CC_XLA_FFI_GPU_CUDA_PLATFORM_H_
@@ -27,9 +27,10 @@ struct CudaPlatform {
   GpuStream stream;
   ::xla::ffi::ScratchAllocator scratch_allocator;
 
-  // Enqueues one call of the core; errors name `what`.
-  template <typename T>
-  ::xla::ffi::Error Run(const Params& params, const Tensors<T>& tensors, const char* what) {
+  // Enqueues one call of the core, the gradient or the forward (gpu_call.h); errors name
+  // `what`.
+  template <typename CoreParams, typename CoreTensors>
+  ::xla::ffi::Error Run(const CoreParams& params, const CoreTensors& tensors, const char* what) {
     namespace ffi = ::xla::ffi;
     const GpuCallError error = RunGpuCall(params, tensors, stream, [&](size_t bytes) -> void* {
       return scratch_allocator.Allocate(bytes, kScratchAlignment).value_or(nullptr);
