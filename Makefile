@@ -235,7 +235,8 @@ XLA_FFI_INCLUDE ?= build/xla_ffi_include
 XLA_FFI_CUDA    ?= 0
 XLA_FFI_HEADER  := $(XLA_FFI_INCLUDE)/xla/ffi/api/ffi.h
 XLA_FFI_LIB_SOURCES := $(CORE_SOURCES) $(XLA_FFI_SOURCES)
-XLA_FFI_GPU_OBJECT := build/xla_ffi_bn_grad_gpu.o
+# One object per CUDA source: nvcc compiles one file per -c with -o.
+XLA_FFI_GPU_OBJECTS := $(patsubst cc/core/gpu/%.cu,build/xla_ffi_gpu/%.o,$(CORE_CUDA_SOURCES))
 
 ## the XLA FFI handlers as a library of their own, for JAX or any XLA
 xla-ffi-lib: $(XLA_FFI_LIB)
@@ -247,15 +248,15 @@ $(XLA_FFI_HEADER):
 	cp "$$($(PY) -c 'import tensorflow as tf; print(tf.sysconfig.get_include())')"/xla/ffi/api/*.h \
 	    $(dir $@)
 
-$(XLA_FFI_GPU_OBJECT): $(CC_FILES)
+build/xla_ffi_gpu/%.o: cc/core/gpu/%.cu $(CC_FILES)
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) -DNDEBUG $(NVCC_SHARED_FLAGS) -c $(CORE_CUDA_SOURCES) -o $@
+	$(NVCC) $(NVCC_FLAGS) -DNDEBUG $(NVCC_SHARED_FLAGS) -c $< -o $@
 
-$(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECT))
+$(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECTS))
 	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) -fPIC -shared -I$(XLA_FFI_INCLUDE) \
 	    $(XLA_FFI_LIB_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_SOURCES) \
-	    $(XLA_FFI_GPU_OBJECT) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
+	    $(XLA_FFI_GPU_OBJECTS) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
 	    -ldl -lrt) -Wl,--no-undefined -o $@
 
 # The handlers without XLA: each called through call frames built by hand, on a fake of XLA's

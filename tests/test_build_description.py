@@ -43,3 +43,22 @@ def test_parts_are_folders_not_file_name_endings() -> None:
     for folders in build_description.PARTS.values():
         for folder in folders:
             assert (ROOT / folder).is_dir(), folder
+
+
+def test_every_nvcc_compile_of_the_standalone_handlers_takes_one_source(tmp_path) -> None:
+    """`make xla-ffi-lib XLA_FFI_CUDA=1` (tools/gpu_report.sh's build on a GPU machine) compiles
+    every CUDA source of the core, each in its own nvcc call: nvcc refuses several sources with
+    one -o. Read from make's dry run, with a stand-in nvcc so no CUDA is needed."""
+    import subprocess  # noqa: PLC0415
+
+    run = subprocess.run(
+        ["make", "-n", "-B", "xla-ffi-lib", "XLA_FFI_CUDA=1", "NVCC=/stand-in/nvcc",
+         f"XLA_FFI_INCLUDE={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    compiles = [line for line in run.stdout.splitlines()
+                if line.startswith("/stand-in/nvcc") and " -c " in line]
+    sources = build_description.sources("core_cuda")
+    assert len(compiles) == len(sources), run.stdout + run.stderr
+    for line in compiles:
+        assert sum(word.endswith(".cu") for word in line.split()) == 1, line
+    assert sorted(next(w for w in line.split() if w.endswith(".cu"))
+                  for line in compiles) == sorted(sources)
