@@ -64,7 +64,8 @@ run_step() {
     jax) python3 tools/jax_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda --time \
            --core build/gpu_peers/libfbn_core.so \
            --out "$dir/jax_ffi.json" &&
-         python3 tools/jax_sync_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda ;;
+         python3 tools/jax_sync_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda &&
+         python3 tools/jax_forward_ffi_check.py build/libtf_fbn_ops_xla_ffi.so --platform cuda ;;
   esac
 }
 
