@@ -1,8 +1,8 @@
 """Keras 3 training steps of two keras.applications models compiled with jit_compile=True
 (batch 16, weights=None, 10 classes, SGD; 2 intra-op threads): Keras' own BatchNormalization
-against tf_fbn_ops.keras.BatchNormalization swapped into the same architecture, interleaved in
-rounds in one process; with --no-jit also our layer with TensorFlow's forward
-(forward="tensorflow", the layer before it had forward ops of its own). Prints the median step
+against tf_fbn_ops.keras.BatchNormalization swapped into the same architecture, and our layer
+with TensorFlow's forward (forward="tensorflow", the layer before it had forward ops of its own),
+interleaved in rounds in one process. Prints the median step
 time of each and the ratio (above 1: ours is faster).
 
     .venv/bin/python benchmarks/keras3_jit_real_models.py
@@ -87,10 +87,7 @@ def main() -> None:
         rng = np.random.default_rng(0)
         x = rng.standard_normal((16, side, side, 3)).astype(np.float32)
         y = rng.integers(0, 10, 16)
-        # Under jit_compile our layer takes TensorFlow's forward anyway (no XLA lowering of ours).
-        variants = {k: v for k, v in VARIANTS.items()
-                    if not (args.jit and v is _OursWithTensorFlowForward)}
-        models = {k: build(make, v, args.jit) for k, v in variants.items()}
+        models = {k: build(make, v, args.jit) for k, v in VARIANTS.items()}
         swapped = sum(isinstance(layer, fbn_keras.BatchNormalization)
                       for layer in models["ours"].layers)
         for model in models.values():
