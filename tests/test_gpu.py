@@ -162,6 +162,53 @@ def test_gpu_under_xla(dtype, data_format, is_training, shape, lowering, monkeyp
         assert error <= rtol * np.max(np.abs(oracle[i])), name
 
 
+FORWARDS = {"V1": tf_fbn_ops.fused_batch_norm_forward,
+            "V2": tf_fbn_ops.fused_batch_norm_forward_v2,
+            "V3": tf_fbn_ops.fused_batch_norm_forward_v3}
+
+
+@needs_gpu
+@pytest.mark.parametrize("version", sorted(FORWARDS))
+@pytest.mark.parametrize("data_format,shape", [("NHWC", (4, 8, 8, 32)), ("NCHW", (4, 32, 8, 8))])
+def test_gpu_forward_ops_and_their_gradient_compiled_together(version, data_format,
+                                                                shape) -> None:
+    """The library's forward op and its registered gradient in one jit_compile=True program on
+    the GPU: the forward compiles to its HLO lowering there (no custom call until a GPU has run
+    its CUDA core) and saves in reserve_space_2 what the gradient compiled with it reads (the
+    variance for V3, 1/sqrt(var + eps) for V1 and V2): the step agrees with the same step run
+    eagerly on the CPU."""
+    from tf_fbn_ops import _loader
+    if _loader.xla_missing_reason() is not None:
+        pytest.skip(f"no XLA lowerings in this build: {_loader.xla_missing_reason()}")
+    rng = np.random.default_rng(5)
+    channels = shape[-1] if data_format == "NHWC" else shape[1]
+    x = tf.constant(rng.standard_normal(shape) * 2 + 1, tf.float32)
+    w = tf.constant(rng.standard_normal(shape), tf.float32)
+    scale = tf.constant(rng.uniform(0.5, 1.5, channels), tf.float32)
+    offset = tf.constant(rng.standard_normal(channels), tf.float32)
+    forward = FORWARDS[version]
+
+    def step():
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, offset])
+            out = forward(x, scale, offset, tf.zeros([0]), tf.zeros([0]), epsilon=1e-3,
+                          data_format=data_format)
+            loss = tf.reduce_sum(out[0] * w)
+        return [out[0], out[1], out[2], *tape.gradient(loss, [x, scale, offset])]
+
+    with tf.device("/GPU:0"):
+        compiled = tf.function(step, jit_compile=True)
+        hlo = compiled.experimental_get_compiler_ir()(stage="hlo")
+        jit = compiled()
+    with tf.device("/CPU:0"):
+        eager = step()
+    assert 'custom_call_target="tf_fbn_ops_batch_norm_forward"' not in hlo
+    assert "GPU" in jit[0].device
+    for k, (got, want) in enumerate(zip(jit, eager)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2e-5, atol=2e-5,
+                                   err_msg=f"result {k}")
+
+
 @needs_gpu
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("shape, axis", [((4, 6, 6, 8), -1), ((4, 8, 6, 6), 1),
