@@ -107,6 +107,43 @@ clean:
 build-description:
 	$(PYTHON) -m build_support.build_description
 
+### Objects the test programs share
+
+# Each source is compiled once for the programs that link it, per flag set: the core at -O2
+# (core-test), and under ASan+UBSan (sanitize, the FFI handlers' tests, the emulated CUDA
+# tests; the CUDA sources as C++ on the host emulator). CC_FILES as a prerequisite: any header
+# may be included.
+OBJ := build/obj
+CORE_TEST_OBJECTS := $(patsubst %.cc,$(OBJ)/o2/%.o,$(CORE_SOURCES))
+ASAN_CORE_OBJECTS := $(patsubst %.cc,$(OBJ)/asan/%.o,$(CORE_SOURCES))
+ASAN_REFERENCE_OBJECTS := $(OBJ)/asan/cc/core/bn_grad_reference.o \
+                          $(OBJ)/asan/cc/core/bn_forward_reference.o
+ASAN_CUDA_EMU_OBJECTS := $(patsubst %.cu,$(OBJ)/asan/%.o,$(CORE_CUDA_SOURCES)) \
+                         $(OBJ)/asan/cc/tests/gpu_emulator/emulator.o
+ASAN_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
+              -Icc/tests/gpu_emulator
+
+$(OBJ)/o2/%.o: %.cc $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra -c $< -o $@
+
+$(OBJ)/asan/%.o: %.cc $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -c $< -o $@
+
+$(OBJ)/asan/%.o: %.cu $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -x c++ -c $< -o $@
+
+# The FFI handlers and the fake of XLA's runtime read XLA's FFI headers.
+$(OBJ)/asan/cc/xla_ffi/%.o: cc/xla_ffi/%.cc $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -I$(XLA_FFI_INCLUDE) -c $< -o $@
+
+$(OBJ)/asan/cc/tests/xla_ffi_fake_api.o: cc/tests/xla_ffi_fake_api.cc $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -I$(XLA_FFI_INCLUDE) -c $< -o $@
+
 ### The CPU core (no TensorFlow)
 
 ## the CPU core's tests (plain g++, no TensorFlow)
@@ -116,19 +153,19 @@ core-test: $(CORE_TEST) $(CORE_STAGES_TEST) $(CORE_FORWARD_TEST)
 	./$(CORE_FORWARD_TEST)
 
 # The core needs no TensorFlow: plain g++.
-$(CORE_TEST): $(CC_FILES)
+$(CORE_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_test.cc -o $@
 
 # Synchronized batch norm's two stages against one call and the reference (core_stages_test.cc).
-$(CORE_STAGES_TEST): $(CC_FILES)
+$(CORE_STAGES_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_stages_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_stages_test.cc -o $@
 
 # The forward core against its reference, its bits across threads and instruction sets.
-$(CORE_FORWARD_TEST): $(CC_FILES)
+$(CORE_FORWARD_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_SOURCES) cc/tests/core_forward_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_forward_test.cc -o $@
 
 # The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
@@ -169,12 +206,10 @@ gpu-test-large: $(GPU_TEST)
 # emulator in cc/tests/gpu_emulator (threads as fibers, checked barriers and launch limits,
 # NaN-filled memory), under AddressSanitizer and UndefinedBehaviorSanitizer; then the same
 # program on emulated machines without a GPU or with an old driver (skip, or fail).
-$(GPU_EMU_TEST): $(CC_FILES)
+$(GPU_EMU_TEST): $(ASAN_CUDA_EMU_OBJECTS) $(ASAN_REFERENCE_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
-	    -Icc/tests/gpu_emulator -x c++ $(CORE_CUDA_SOURCES) cc/tests/gpu_core_test.cu \
-	    -x none cc/core/bn_grad_reference.cc cc/core/bn_forward_reference.cc \
-	    cc/tests/gpu_emulator/emulator.cc -o $@
+	$(CXX) $(ASAN_FLAGS) -x c++ cc/tests/gpu_core_test.cu -x none $(ASAN_CUDA_EMU_OBJECTS) \
+	    $(ASAN_REFERENCE_OBJECTS) -o $@
 
 ## the CUDA source and its test on the host emulator under ASan+UBSan (no GPU, no nvcc)
 gpu-emu-test: $(GPU_EMU_TEST)
@@ -268,39 +303,35 @@ XLA_FFI_EMU_TEST := build/xla_ffi_emu_test
 XLA_FFI_SYNC_TEST := build/xla_ffi_sync_test
 XLA_FFI_FORWARD_TEST := build/xla_ffi_forward_test
 XLA_FFI_FORWARD_EMU_TEST := build/xla_ffi_forward_emu_test
-XLA_FFI_TEST_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -I$(XLA_FFI_INCLUDE)
+XLA_FFI_TEST_FLAGS := $(ASAN_FLAGS) -I$(XLA_FFI_INCLUDE)
+# The host handlers with the core, the CUDA handlers with the emulated CUDA core.
+XLA_FFI_HOST_OBJECTS := $(ASAN_CORE_OBJECTS) \
+                        $(patsubst %.cc,$(OBJ)/asan/%.o,$(XLA_FFI_SOURCES)) \
+                        $(OBJ)/asan/cc/tests/xla_ffi_fake_api.o
+XLA_FFI_CUDA_OBJECTS := $(ASAN_CUDA_EMU_OBJECTS) \
+                        $(patsubst %.cc,$(OBJ)/asan/%.o,$(XLA_FFI_GPU_SOURCES))
+# The test's own source first, then the objects among the prerequisites.
+XLA_FFI_TEST_LINK = mkdir -p $(dir $@) && $(CXX) $(XLA_FFI_TEST_FLAGS) $< $(filter %.o,$^) -o $@
 
-$(XLA_FFI_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
-	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_LIB_SOURCES) cc/tests/xla_ffi_fake_api.cc \
-	    cc/tests/xla_ffi_test.cc -o $@
+$(XLA_FFI_TEST): cc/tests/xla_ffi_test.cc $(XLA_FFI_HOST_OBJECTS) $(CC_FILES)
+	$(XLA_FFI_TEST_LINK)
 
-$(XLA_FFI_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
-	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
-	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) \
-	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_emu_test.cc cc/tests/gpu_emulator/emulator.cc \
-	    -o $@
+# The forward's handlers: CPU, and CUDA (emulated).
+$(XLA_FFI_FORWARD_TEST): cc/tests/xla_ffi_forward_test.cc $(XLA_FFI_HOST_OBJECTS) $(CC_FILES)
+	$(XLA_FFI_TEST_LINK)
 
-# The forward's handlers, CPU and CUDA (emulated).
-$(XLA_FFI_FORWARD_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
-	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) $(XLA_FFI_LIB_SOURCES) cc/tests/xla_ffi_fake_api.cc \
-	    cc/tests/xla_ffi_forward_test.cc -o $@
+$(XLA_FFI_EMU_TEST): cc/tests/xla_ffi_emu_test.cc $(XLA_FFI_CUDA_OBJECTS) \
+                     $(OBJ)/asan/cc/tests/xla_ffi_fake_api.o $(CC_FILES)
+	$(XLA_FFI_TEST_LINK)
 
-$(XLA_FFI_FORWARD_EMU_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
-	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator \
-	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) cc/tests/xla_ffi_fake_api.cc \
-	    cc/tests/xla_ffi_forward_emu_test.cc cc/tests/gpu_emulator/emulator.cc -o $@
+$(XLA_FFI_FORWARD_EMU_TEST): cc/tests/xla_ffi_forward_emu_test.cc $(XLA_FFI_CUDA_OBJECTS) \
+                             $(OBJ)/asan/cc/tests/xla_ffi_fake_api.o $(CC_FILES)
+	$(XLA_FFI_TEST_LINK)
 
 # Synchronized batch norm's handlers, CPU and CUDA (emulated) in one program.
-$(XLA_FFI_SYNC_TEST): $(CC_FILES) $(XLA_FFI_HEADER)
-	mkdir -p $(dir $@)
-	$(CXX) $(XLA_FFI_TEST_FLAGS) -Wno-unknown-pragmas -Icc/tests/gpu_emulator $(XLA_FFI_LIB_SOURCES) \
-	    -x c++ $(CORE_CUDA_SOURCES) -x none $(XLA_FFI_GPU_SOURCES) \
-	    cc/tests/xla_ffi_fake_api.cc cc/tests/xla_ffi_sync_test.cc cc/tests/gpu_emulator/emulator.cc \
-	    -o $@
+$(XLA_FFI_SYNC_TEST): cc/tests/xla_ffi_sync_test.cc $(XLA_FFI_HOST_OBJECTS) \
+                      $(XLA_FFI_CUDA_OBJECTS) $(CC_FILES)
+	$(XLA_FFI_TEST_LINK)
 
 ## the FFI handlers on a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan
 xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST) $(XLA_FFI_FORWARD_TEST) \
@@ -366,16 +397,15 @@ SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py $(CURDIR)/tests/test_forward_x
                           or bad_inputs or compiled_empty or V3-NCHW-float16"
 
 ## ASan+UBSan builds of the core tests and the op library, op tests under them
-sanitize: $(DEPS)
+sanitize: $(DEPS) $(ASAN_CORE_OBJECTS)
 	mkdir -p $(SANITIZE_DIR)
-	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) cc/tests/core_test.cc \
-	    -o $(SANITIZE_DIR)/core_test
+	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_test.cc -o $(SANITIZE_DIR)/core_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
-	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) \
-	    cc/tests/core_stages_test.cc -o $(SANITIZE_DIR)/core_stages_test
+	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_stages_test.cc \
+	    -o $(SANITIZE_DIR)/core_stages_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_stages_test
-	$(CXX) $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra $(CORE_SOURCES) \
-	    cc/tests/core_forward_test.cc -o $(SANITIZE_DIR)/core_forward_test
+	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_forward_test.cc \
+	    -o $(SANITIZE_DIR)/core_forward_test
 	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_forward_test
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
 	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
