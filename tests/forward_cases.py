@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 import tf_fbn_ops
+from tf_fbn_ops import reference
 
 EPSILON = 1e-3
 VERSIONS = {"V1": ("FbnFusedBatchNorm", "FusedBatchNorm", tf_fbn_ops.fused_batch_norm_forward),
@@ -44,28 +45,10 @@ def make_inputs(shape, data_format, dtype, offset=0.0, seed=0):
 
 
 def oracle(x, scale, offset, mean, variance, data_format, is_training, factor):
-    """The five outputs in float64 from the (rounded) inputs."""
-    axis = channel_axis(data_format)
-    xs = tf.cast(x, tf.float64).numpy()
-    axes = tuple(a for a in range(xs.ndim) if a != axis)
-    shape = [1] * xs.ndim
-    shape[axis] = -1
-    s, o, m0, v0 = (np.float64(t.numpy()) for t in (scale, offset, mean, variance))
-    eps = np.float64(np.float32(EPSILON))
-    if is_training:
-        n = xs.size // xs.shape[axis]
-        m = xs.mean(axis=axes)
-        v = ((xs - m.reshape(shape)) ** 2).mean(axis=axes)
-        unbiased = v * (n / (n - 1) if n > 1 else 1.0)
-        f = np.float64(np.float32(factor))
-        out1, out2 = (m, unbiased) if factor == 1.0 else ((1 - f) * m0 + f * m,
-                                                          (1 - f) * v0 + f * unbiased)
-    else:
-        m, v = m0, v0
-        out1, out2 = m0, v0
-    y = (xs - m.reshape(shape)) / np.sqrt(v.reshape(shape) + eps) * s.reshape(shape) + \
-        o.reshape(shape)
-    return [y, out1, out2, m, v]
+    """The five outputs in float64 from the (rounded) inputs (tf_fbn_ops.reference)."""
+    return reference.batch_norm_forward(
+        *(tf.cast(t, tf.float64).numpy() for t in (x, scale, offset, mean, variance)), EPSILON,
+        data_format, is_training, factor)
 
 
 def max_error(got, want) -> float:

@@ -4,7 +4,7 @@ jax.ffi.ffi_call.
 
 For every element type, layout (4-D and 5-D, channels last and first), mode (training, training
 with a running-average factor, training saving the inverse std, inference) and empty shapes: the
-five outputs against the float64 oracle (y within one unit of its type, each statistic within
+five outputs against the float64 oracle (tf_fbn_ops/reference.py; y within one unit of its type, each statistic within
 two float roundings), run to run bit-identical, and, given --expected (an .npz of the
 TensorFlow kernel's inputs and outputs per case), bit-identical to that kernel. Bad calls must
 come back as errors that name the problem. Needs only NumPy, ml_dtypes and JAX (jax[cuda] for
@@ -81,36 +81,6 @@ def make_inputs(rng: np.random.Generator, shape: tuple, layout: str, dtype: Any,
             rng.uniform(1.0, 4.0, given).astype(np.float32)]
 
 
-def oracle(inputs: list, layout: str, is_training: bool, factor: float,
-           save_inv_std: bool) -> list[np.ndarray]:
-    """The five outputs in float64 (an empty x: NaN batch statistics, zero reserve spaces)."""
-    x, scale, offset, mean_in, variance_in = (np.asarray(v, np.float64) for v in inputs)
-    axis = x.ndim - 1 if layout.endswith("C") else 1
-    channels = x.shape[axis]
-    count = x.size // max(channels, 1)
-    shape = [1] * x.ndim
-    shape[axis] = channels
-    if count == 0:
-        nan, zero = np.full(channels, np.nan), np.zeros(channels)
-        return [x, nan, nan, zero, zero]
-    axes = tuple(a for a in range(x.ndim) if a != axis)
-    eps = np.float64(np.float32(grad.EPSILON))
-    if is_training:
-        mean, variance = x.mean(axis=axes), x.var(axis=axes)
-        unbiased = variance * (count / (count - 1) if count > 1 else 1.0)
-        f = np.float64(np.float32(factor))
-        out1, out2 = ((mean, unbiased) if factor == 1.0 else
-                      ((1 - f) * mean_in + f * mean, (1 - f) * variance_in + f * unbiased))
-        saved = 1.0 / np.sqrt(variance + eps) if save_inv_std else variance
-        out3, out4 = mean, saved
-    else:
-        mean, variance = mean_in, variance_in
-        out1, out3, out2, out4 = mean_in, mean_in, variance_in, variance_in
-    y = ((x - mean.reshape(shape)) / np.sqrt(variance.reshape(shape) + eps)
-         * scale.reshape(shape) + offset.reshape(shape))
-    return [y, out1, out2, out3, out4]
-
-
 def accuracy_problems(outputs: list, want: list, dtype: Any) -> list[str]:
     problems = []
     got = np.asarray(outputs[0], np.float64)
@@ -133,7 +103,7 @@ def case_key(dtype_name: str, layout: str, mode: str, shape: tuple) -> str:
     return f"{dtype_name}-{layout}-{mode}-{'x'.join(map(str, shape))}"
 
 
-def check_cases(args: argparse.Namespace) -> list[dict]:
+def check_cases(args: argparse.Namespace, reference) -> list[dict]:
     rng = np.random.default_rng(args.seed)
     expected = dict(np.load(args.expected)) if args.expected else {}
     records = []
@@ -151,8 +121,8 @@ def check_cases(args: argparse.Namespace) -> list[dict]:
                                         **attrs_for(layout, is_training, factor, save_inv_std))
                     first = [np.asarray(v) for v in call(*inputs)]
                     second = [np.asarray(v) for v in call(*inputs)]
-                    problems = accuracy_problems(
-                        first, oracle(inputs, layout, is_training, factor, save_inv_std), dtype)
+                    problems = accuracy_problems(first, reference.batch_norm_forward(
+                        *inputs, grad.EPSILON, layout, is_training, factor, save_inv_std), dtype)
                     if not all(grad.same_bits(a, b) for a, b in zip(first, second)):
                         problems.append("two runs differ")
                     if f"{key}/out0" in expected and not all(
@@ -197,7 +167,7 @@ def main() -> int:
     import jax  # noqa: PLC0415
 
     register(args.library, args.platform)
-    records = check_cases(args) + check_bad_calls()
+    records = check_cases(args, grad.load_reference()) + check_bad_calls()
     failed = grad.print_failures(records)
     against_kernel = sum(bool(r.get("against_kernel")) for r in records)
     print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}: {len(records)} checks "

@@ -28,7 +28,7 @@ void BuildForwardCustomCall(XlaOpKernelContext* ctx, const ForwardAttrs& attrs,
           .F32("epsilon", attrs.epsilon)
           .F32("exponential_avg_factor", attrs.exponential_avg_factor)
           .Bool("is_training", attrs.is_training)
-          .Bool("save_inv_std", save_inv_std && attrs.is_training));
+          .Bool("save_inv_std", save_inv_std));
   for (size_t i = 0; i < outputs.size(); ++i) ctx->SetOutput(static_cast<int>(i), outputs[i]);
 }
 
