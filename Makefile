@@ -53,7 +53,7 @@ GRAPH_API_TEST := build/graph_api_test
 GRAPH_API_FORWARD_TEST := build/graph_api_forward_test
 GRAPH_API_EXAMPLE := build/graph_api_example
 
-.PHONY: demo test lib core-test core-bench gpu-test gpu-test-large gpu-bench gpu-emu-test \
+.PHONY: demo test lib core-test core-bench gpu-test gpu-code-check gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
@@ -66,7 +66,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-TEST_STEPS := lib core-test gpu-emu-test $(if $(NVCC),gpu-test) graph-api-test xla-ffi-lib \
+TEST_STEPS := lib core-test gpu-emu-test $(if $(NVCC),gpu-test gpu-code-check) graph-api-test xla-ffi-lib \
               xla-ffi-test sanitize
 ## every test CI runs: C++ core (CUDA emulated, and on a GPU), graph API, FFI, sanitizers, pytest
 test: $(TEST_STEPS)
@@ -197,6 +197,11 @@ $(GPU_TEST): $(CC_FILES)
 ## the CUDA core's test (nvcc; SKIP without a GPU, a failure with FBN_REQUIRE_GPU=1)
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)
+
+## the CUDA kernels as compiled for every GPU_ARCHS: no spills, vector loads and stores (nvcc)
+gpu-code-check:
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	python3 tools/gpu_code_check.py "$(NVCC)" "$(GPU_ARCHS)" $(CORE_CUDA_SOURCES)
 
 ## gpu-test with float16 tensors of more than 2^31 elements (~13 GB of GPU memory)
 gpu-test-large: $(GPU_TEST)

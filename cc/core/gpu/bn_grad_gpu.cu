@@ -8,11 +8,12 @@
 //   2. Finalize: per channel, adds the partials of all blocks in a fixed tree, writes the
 //                scale/offset gradients and the dx coefficients;
 //   3. Apply*:   (training only) dx = c1 * (dy - mean(dy)) - c2 * (x - mean).
+// Where one block holds all of its channels' rows (small tensors), one kernel Whole* does all
+// three for its channels, with the same arithmetic (1.12-1.47x faster on an H200 where it
+// applies; the separate_launches variant keeps three there, for timing the two side by side).
 // Each block's partials come from a fixed assignment of elements to threads and a fixed tree
 // (gpu_lane_sum.cuh), so the result is bit-identical run to run; no floating-point atomics.
-// The cut into blocks depends on the shape only, not on the GPU. Two variants of this plan,
-// same bits, wait for a GPU to time them (GpuVariant, bn_grad_gpu.h): Apply in reverse block
-// order, and the three kernels as one where one block holds all of a channel's rows.
+// The cut into blocks depends on the shape only, not on the GPU.
 //
 // The math is the CPU kernels' (bn_grad_cpu.cc): terms and sums in double, dx evaluated in
 // double and rounded once to T. FP64 costs little next to the memory traffic of these
@@ -73,9 +74,28 @@ template <typename T, int V>
 __device__ __forceinline__ Vec<T, V> LoadVec(const T* p) {
   return *reinterpret_cast<const Vec<T, V>*>(p);
 }
+// Elements 2i and 2i + 1 of a 16-bit vector as one 32-bit word (little-endian, as the GPU).
+template <typename T, int V>
+__device__ __forceinline__ unsigned PackedWord(const Vec<T, V>& v, int i) {
+  return v.v[2 * i].bits | static_cast<unsigned>(v.v[2 * i + 1].bits) << 16;
+}
+// One store instruction of the whole vector, through __stwb (a plain cached store) and CUDA's
+// vector types: assigned as a struct, nvcc split the float x_backprop stores into four 32-bit
+// stores and the 16-bit ones into 16-bit stores, and even a uint4 in every unrolled store but
+// the first (tools/gpu_code_check.py reads the PTX for it).
 template <typename T, int V>
 __device__ __forceinline__ void StoreVec(T* p, const Vec<T, V>& v) {
-  *reinterpret_cast<Vec<T, V>*>(p) = v;
+  if constexpr (sizeof(T) == 4 && V == 4) {
+    __stwb(reinterpret_cast<float4*>(p), float4{v.v[0], v.v[1], v.v[2], v.v[3]});
+  } else if constexpr (sizeof(T) == 2 && V == 4) {
+    __stwb(reinterpret_cast<uint2*>(p), uint2{PackedWord(v, 0), PackedWord(v, 1)});
+  } else if constexpr (sizeof(T) == 2 && V == 8) {
+    __stwb(reinterpret_cast<uint4*>(p),
+           uint4{PackedWord(v, 0), PackedWord(v, 1), PackedWord(v, 2), PackedWord(v, 3)});
+  } else {
+    static_assert(V == 1, "a vector width with no single store");
+    *p = v.v[0];
+  }
 }
 
 // One thread's sums for V channels (or V lanes of one channel). A product of two widened
@@ -139,15 +159,7 @@ struct Args {
   double* partial_dy;     // [row_blocks][C]
   double* partial_dy_xc;  // [row_blocks][C]
   double* coef;           // [3][C]: c1, mean(dy), c2 (training)
-  bool reverse_apply;     // GpuVariant::kReverseApply
-  bool one_launch;        // GpuVariant::kOneLaunch
 };
-
-// The row block (blockIdx.y's dimension) a block of a sweep works on: the x_backprop sweep of
-// the reverse_apply variant visits them last to first (see GpuVariant).
-__device__ __forceinline__ int64_t RowBlock(bool reverse) {
-  return reverse ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
-}
 
 // Channels last: this thread's V channels and rows [begin, end) step `step` of its block.
 struct RowTile {
@@ -460,16 +472,16 @@ __device__ __forceinline__ void ApplyPlanes(const Args<T>& a, const ChannelSpan&
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) ApplyChannelsLast(Args<T> a, int lanes) {
-  ApplyRows<T, V>(a, RowTile(a, lanes, V, RowBlock(a.reverse_apply)));
+  ApplyRows<T, V>(a, RowTile(a, lanes, V, blockIdx.y));
 }
 
 template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) ApplyChannelsFirst(Args<T> a, int lanes) {
-  ApplyPlanes<T, V>(a, ChannelSpan(a, lanes, V, RowBlock(a.reverse_apply)));
+  ApplyPlanes<T, V>(a, ChannelSpan(a, lanes, V, blockIdx.y));
 }
 
-// The one_launch variant (GpuVariant), where one row block holds every row: a block's sums are
-// its channels' sums, so it finishes them and, in training, writes their x_backprop itself.
+// Where one row block holds every row, a block's sums are its channels' sums, so it finishes
+// them and, in training, writes their x_backprop itself.
 // The three kernels' arithmetic: Finalize adds a single block's partials to 0.0, so do we.
 template <typename T, int V, bool kInference>
 __global__ void __launch_bounds__(kThreads) WholeChannelsLast(Args<T> a, int lanes) {
@@ -508,34 +520,46 @@ cudaError_t LaunchFinalize(const Args<T>& a, const Plan& plan, cudaStream_t stre
                       plan.finalize_channels);
 }
 
-// Enqueues the two or three kernels of one call (one or two for a stage of synchronized batch
-// norm); the first failing launch's error.
+// The kernels of one layout and vector width.
+template <typename T, int V, bool kChannelsLast>
+struct LayoutKernels {
+  SweepKernel<T> sum, apply, whole;
+  explicit LayoutKernels(bool training) {
+    if constexpr (kChannelsLast) {
+      sum = training ? SumChannelsLast<T, V, false> : SumChannelsLast<T, V, true>;
+      apply = ApplyChannelsLast<T, V>;
+      whole = training ? WholeChannelsLast<T, V, false> : WholeChannelsLast<T, V, true>;
+    } else {
+      sum = training ? SumChannelsFirst<T, V, false> : SumChannelsFirst<T, V, true>;
+      apply = ApplyChannelsFirst<T, V>;
+      whole = training ? WholeChannelsFirst<T, V, false> : WholeChannelsFirst<T, V, true>;
+    }
+  }
+};
+
+// Enqueues the kernels of one call: one where a block holds every row of its channels, else
+// two or three (one or two for a stage of synchronized batch norm); the first failing launch's
+// error.
 template <typename T, int V, bool kChannelsLast>
 cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaStream_t stream) {
   const bool training = a.p.is_training;
   const dim3 block(kThreads);
-  int lanes = plan.first_lanes;
-  dim3 grid(static_cast<unsigned>(CeilDiv(s.channels, lanes)),
-            static_cast<unsigned>(plan.row_blocks));
-  SweepKernel<T> sum = training ? SumChannelsFirst<T, V, false> : SumChannelsFirst<T, V, true>;
-  SweepKernel<T> apply = ApplyChannelsFirst<T, V>;
-  SweepKernel<T> whole =
-      training ? WholeChannelsFirst<T, V, false> : WholeChannelsFirst<T, V, true>;
-  if constexpr (kChannelsLast) {
-    lanes = LanesFor(s.channels / V);
-    grid.x = static_cast<unsigned>(CeilDiv(s.channels / V, lanes));
-    sum = training ? SumChannelsLast<T, V, false> : SumChannelsLast<T, V, true>;
-    apply = ApplyChannelsLast<T, V>;
-    whole = training ? WholeChannelsLast<T, V, false> : WholeChannelsLast<T, V, true>;
-  }
-  if (a.one_launch && plan.row_blocks == 1 && a.p.stage == Stage::kWhole) {
-    return LaunchKernel(whole, grid, block, stream, a, lanes);
+  const int lanes = kChannelsLast ? LanesFor(s.channels / V) : plan.first_lanes;
+  const dim3 grid(static_cast<unsigned>(CeilDiv(kChannelsLast ? s.channels / V : s.channels,
+                                                lanes)),
+                  static_cast<unsigned>(plan.row_blocks));
+  const LayoutKernels<T, V, kChannelsLast> kernels(training);
+  const bool separate = (GpuVariants() & kSeparateLaunches) != 0;
+  if (plan.row_blocks == 1 && a.p.stage == Stage::kWhole && !separate) {
+    return LaunchKernel(kernels.whole, grid, block, stream, a, lanes);
   }
   cudaError_t error = cudaSuccess;
-  if (a.p.stage != Stage::kDxFromSums) error = LaunchKernel(sum, grid, block, stream, a, lanes);
+  if (a.p.stage != Stage::kDxFromSums) {
+    error = LaunchKernel(kernels.sum, grid, block, stream, a, lanes);
+  }
   if (error == cudaSuccess) error = LaunchFinalize(a, plan, stream);
   if (error == cudaSuccess && training && a.p.stage != Stage::kSums) {
-    error = LaunchKernel(apply, grid, block, stream, a, lanes);
+    error = LaunchKernel(kernels.apply, grid, block, stream, a, lanes);
   }
   return error;
 }
@@ -582,9 +606,6 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
   Args<T> a;
   a.t = t;
   a.p = params;
-  const unsigned variants = GpuVariants();
-  a.reverse_apply = (variants & kReverseApply) != 0;
-  a.one_launch = (variants & kOneLaunch) != 0;
   a.p.shape = s;
   a.channels = s.channels;
   a.spatial = s.spatial;
@@ -615,13 +636,11 @@ unsigned VariantsFromEnvironment() {
   for (size_t begin = 0, end; (end = names.find(',', begin)) != std::string::npos;
        begin = end + 1) {
     const std::string name = names.substr(begin, end - begin);
-    if (name == "reverse_apply") {
-      variants |= kReverseApply;
-    } else if (name == "one_launch") {
-      variants |= kOneLaunch;
+    if (name == "separate_launches") {
+      variants |= kSeparateLaunches;
     } else if (!name.empty()) {
       std::fprintf(stderr, "tf-fbn-ops: TF_FBN_OPS_GPU_VARIANTS: no variant \"%s\" "
-                   "(reverse_apply, one_launch); ignored\n", name.c_str());
+                   "(separate_launches); ignored\n", name.c_str());
     }
   }
   return variants;

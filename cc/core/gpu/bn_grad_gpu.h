@@ -29,19 +29,15 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
 
 const char* GpuErrorString(int error);
 
-// Kernel variants that wait for a GPU to say whether they are faster (benchmarks/gpu_bench.cu
-// times each against the default side by side). Each gives the default's bits; none is on
-// unless asked for.
-//   kReverseApply: training's x_backprop sweep visits the row blocks last to first, so it
-//     starts on the rows the sums sweep read last, the ones most likely still in L2.
-//   kOneLaunch: where one block's rows are all of a channel's (small tensors), that block
-//     finishes its channels and writes their x_backprop: one kernel instead of three (two in
-//     inference).
-enum GpuVariant : unsigned { kReverseApply = 1u, kOneLaunch = 2u };
+// Kernel plans other than the default, for a GPU to time side by side with it
+// (benchmarks/gpu_bench.cu); each gives the default's bits, none is on unless asked for.
+//   kSeparateLaunches: the sums, per-channel and x_backprop kernels launched apart even where
+//     one block holds every row of its channels, which by default does all three in one kernel.
+enum GpuVariant : unsigned { kSeparateLaunches = 1u };
 
-// The variants in force: TF_FBN_OPS_GPU_VARIANTS (names, comma-separated: "reverse_apply",
-// "one_launch"; an unknown name is reported on stderr and ignored), read at the first call,
-// until SetGpuVariants (tests, benchmarks) replaces them.
+// The variants in force: TF_FBN_OPS_GPU_VARIANTS (names, comma-separated:
+// "separate_launches"; an unknown name is reported on stderr and ignored), read at the first
+// call, until SetGpuVariants (tests, benchmarks) replaces them.
 unsigned GpuVariants();
 void SetGpuVariants(unsigned variants);
 

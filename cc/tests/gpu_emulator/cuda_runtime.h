@@ -51,6 +51,21 @@
 struct uint3 {
   unsigned x, y, z;
 };
+// CUDA's vector types that the kernels store vectors through, and the cached store __stwb.
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+template <typename V>
+inline void __stwb(V* p, V value) {
+  *p = value;
+}
+
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}

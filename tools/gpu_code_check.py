@@ -1,0 +1,136 @@
+"""The CUDA core's kernels as the compiler made them, read without a GPU.
+
+Compiles each CUDA source of the core for every architecture of the build (nvcc with
+`-Xptxas -v`, keeping the PTX), prints each kernel's registers and spills per architecture, and
+fails where:
+  - any kernel spills registers to local memory (on any architecture);
+  - a vectorized sweep of the gradient (Sum*/Apply*, vector width V > 1) stores anything
+    narrower than 8 bytes other than as one vector instruction: these kernels store only
+    x_backprop vectors and double partials, so a 4- or 2-byte store is a vector split up;
+  - such a sweep of a 16-bit type loads a 16-bit scalar (its per-channel inputs are float and
+    double), or loads no vector at all.
+The load and store widths are read from the PTX, where nvcc decides them (ptxas keeps a PTX
+vector access one instruction); registers and spills from ptxas, which decides those.
+
+Usage: python tools/gpu_code_check.py NVCC "ARCHS" SOURCE...   (ARCHS: "75 80 86 89 90")
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from build_support.build_description import NVCC_FLAGS as LANGUAGE_FLAGS  # noqa: E402
+
+# The library's flags for CUDA sources (the build description's) at the test programs' -O3.
+NVCC_FLAGS = [*LANGUAGE_FLAGS, "-O3", "-I."]
+
+ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.entry (\S+)\(", re.M)
+PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
+PTXAS_USAGE = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
+ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z]+)*)\.(v[24]\.)?([a-z]+\d+)\b")
+SWEEP = re.compile(r"(Sum|Apply)Channels(Last|First)I(f|NS_4Half|NS_8BFloat16)E?Li(\d+)E")
+
+Usage = collections.namedtuple("Usage", "registers stack spill_stores spill_loads")
+
+
+def short_name(mangled: str) -> str:
+    """The kernel's name and template arguments, readable enough for a table."""
+    match = re.search(r"(\d+)([A-Z][A-Za-z]+)I(.*?)EEvN", mangled)
+    if not match:
+        return mangled
+    args = match.group(3)
+    args = args.replace("NS_4HalfE", "half").replace("NS_8BFloat16E", "bfloat16")
+    args = re.sub(r"^f", "float", args)
+    args = re.sub(r"Li(\d+)E", r",\1", args).replace("Lb0E", ",train").replace("Lb1E", ",infer")
+    return f"{match.group(2)}<{args.rstrip('E')}>"
+
+
+def compile_source(nvcc: str, archs: list[str], source: str, keep: Path):
+    """ptxas's usage per (kernel, arch) and the PTX text per virtual architecture."""
+    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    command = [nvcc, *NVCC_FLAGS, *gencode, "-Xptxas", "-v", "--keep", "--keep-dir", str(keep),
+               "-c", source, "-o", str(keep / (Path(source).stem + ".o"))]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        sys.exit(f"nvcc failed on {source}:\n{result.stderr}")
+    usage, entry = {}, None
+    for line in result.stderr.splitlines():
+        if (m := PTXAS_ENTRY.search(line)):
+            entry = (m.group(1), m.group(2))
+            usage[entry] = Usage(0, 0, 0, 0)
+        elif entry and (m := PTXAS_USAGE.search(line)):
+            usage[entry] = usage[entry]._replace(
+                stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif entry and (m := PTXAS_REGISTERS.search(line)):
+            usage[entry] = usage[entry]._replace(registers=int(m.group(1)))
+    ptx = {path.name: path.read_text() for path in keep.glob(Path(source).stem + "*.ptx")}
+    return usage, ptx
+
+
+def kernels_of(ptx: str):
+    """(mangled name, body) of each kernel in a PTX file."""
+    starts = [(m.start(), m.group(1)) for m in ENTRY.finditer(ptx)]
+    for i, (start, name) in enumerate(starts):
+        end = starts[i + 1][0] if i + 1 < len(starts) else len(ptx)
+        yield name, ptx[start:end]
+
+
+def sweep_problems(name: str, body: str) -> list[str]:
+    """What is wrong with one gradient sweep kernel's global accesses (see the module doc)."""
+    match = SWEEP.search(name)
+    if not match or int(match.group(4)) == 1:
+        return []
+    sixteen_bit = match.group(3) != "f"
+    problems = []
+    vector_loads = 0
+    for kind, _, vector, type_ in ACCESS.findall(body):
+        bits = int(re.sub(r"\D", "", type_))
+        if kind == "st" and not vector and bits < 64:
+            problems.append(f"a {bits}-bit scalar store (st.global.{type_})")
+        if kind == "ld" and vector:
+            vector_loads += 1
+        if kind == "ld" and not vector and sixteen_bit and bits == 16:
+            problems.append(f"a 16-bit scalar load (ld.global.{type_})")
+    if vector_loads == 0:
+        problems.append("no vector load")
+    return sorted(set(problems))
+
+
+def main() -> int:
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    nvcc, archs, sources = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+    failures = []
+    with tempfile.TemporaryDirectory() as keep_dir:
+        keep = Path(keep_dir)
+        for source in sources:
+            usage, ptx_files = compile_source(nvcc, archs, source, keep)
+            print(f"{source}: {len({k for k, _ in usage})} kernels, sm_{', sm_'.join(archs)}")
+            print(f"  {'kernel':<44} {'registers (per arch)':<26} spills")
+            for kernel in sorted({k for k, _ in usage}, key=short_name):
+                per_arch = [usage.get((kernel, f"sm_{a}")) for a in archs]
+                spills = sum(u.spill_stores + u.spill_loads for u in per_arch if u)
+                registers = " ".join(str(u.registers) if u else "-" for u in per_arch)
+                print(f"  {short_name(kernel):<44} {registers:<26} {spills}")
+                if spills:
+                    failures.append(f"{short_name(kernel)} spills ({spills} bytes in all)")
+            for ptx_name, ptx in sorted(ptx_files.items()):
+                for kernel, body in kernels_of(ptx):
+                    for problem in sweep_problems(kernel, body):
+                        failures.append(f"{short_name(kernel)} ({ptx_name}): {problem}")
+    for failure in failures:
+        print(f"FAIL: {failure}")
+    print(f"gpu_code_check: {len(failures)} problems")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
