@@ -10,8 +10,8 @@
 // inference reads them once and writes dx (3 passes).
 //
 // The kernel plans other than the default (GpuVariant in bn_grad_gpu.h) are timed in the same
-// cell: `sep` is the default's time over the separate_launches variant's (above 1: the variant
-// is faster). Where a variant does not apply it runs the default kernels, so its column then
+// cell: `sep` and `wide` are the default's time over the separate_launches and wide_rows
+// variants' (above 1: the variant is faster). Where a variant does not apply it runs the default kernels, so its column then
 // shows the noise of the measurement.
 #include <cuda_runtime.h>
 
@@ -132,6 +132,8 @@ double Bench(const char* type, const BenchShape& b, bool training) {
   const float kernel_ms = MedianMs(call);
   fbn::SetGpuVariants(fbn::kSeparateLaunches);
   const float separate_ms = MedianMs(call);
+  fbn::SetGpuVariants(fbn::kWideRows);
+  const float wide_ms = MedianMs(call);
   fbn::SetGpuVariants(0);
   // A copy of moved/2 bytes reads and writes `moved` bytes in all.
   const float copy_ms = MedianMs([&] {
@@ -142,10 +144,10 @@ double Bench(const char* type, const BenchShape& b, bool training) {
   const double kernel_gbs = moved / (kernel_ms * 1e6);
   const double copy_gbs = moved / (copy_ms * 1e6);
   const double ratio = kernel_gbs / copy_gbs;
-  std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f %6.2f\n", b.name,
+  std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f %6.2f %6.2f\n", b.name,
               b.shape.channels_last ? "NHWC" : "NCHW", training ? "train" : "infer", type,
               n * sizeof(T) / 1e6, kernel_ms * 1e3, kernel_gbs, copy_gbs, ratio,
-              kernel_ms / separate_ms);
+              kernel_ms / separate_ms, kernel_ms / wide_ms);
   for (void* ptr : {static_cast<void*>(dy), static_cast<void*>(x), static_cast<void*>(dx),
                     static_cast<void*>(per_channel), scratch, copy_src, copy_dst}) {
     Require(cudaFree(ptr), "cudaFree");
@@ -163,8 +165,8 @@ int main() {
   }
   std::printf("median of %d calls; ratio = kernel GB/s / copy GB/s\n", kRepeats);
   fbn::SetGpuVariants(0);  // the default kernels, whatever TF_FBN_OPS_GPU_VARIANTS says
-  std::printf("%-15s %-6s %-5s %-9s %9s %10s %9s %8s %7s %6s\n", "shape", "layout", "mode",
-              "dtype", "x MB", "us/call", "GB/s", "copy", "ratio", "sep");
+  std::printf("%-15s %-6s %-5s %-9s %9s %10s %9s %8s %7s %6s %6s\n", "shape", "layout", "mode",
+              "dtype", "x MB", "us/call", "GB/s", "copy", "ratio", "sep", "wide");
   double worst_large = 1e30;
   int large = 0, large_met = 0;
   for (const BenchShape& b : Shapes()) {

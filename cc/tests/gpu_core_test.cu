@@ -68,16 +68,21 @@ void CheckNanStubFails() {
         std::string(TypeName<T>()) + ": a NaN-writing stub fails all three outputs");
 }
 
-// The kernel plans other than the default (GpuVariant) must give the default's bits: where one
-// row block holds every row, the separate launches against the one-kernel default.
+// The kernel plans other than the default (GpuVariant) must give the default's bits, each alone
+// and all together: where one row block holds every row, the separate launches against the
+// one-kernel default; 16-bit channels-last rows of 256 channels and more, 16-byte vectors.
 template <typename T>
 void CheckVariantsGiveTheSameBits(const std::string& name, DeviceCase<T>& device,
                                   const Params& p, const Outputs<T>& expected) {
-  Outputs<T> got(p.shape);
-  SetGpuVariants(kSeparateLaunches);
-  const bool ran = device.Run(p, &got);
-  SetGpuVariants(0);
-  Check(ran && got.BitEqual(expected), name + ": the kernel variants give the same bits");
+  for (unsigned variants : {unsigned{kSeparateLaunches}, unsigned{kWideRows},
+                            unsigned{kSeparateLaunches | kWideRows}}) {
+    Outputs<T> got(p.shape);
+    SetGpuVariants(variants);
+    const bool ran = device.Run(p, &got);
+    SetGpuVariants(0);
+    Check(ran && got.BitEqual(expected),
+          name + ": variants " + std::to_string(variants) + " give the same bits");
+  }
 }
 
 template <typename T>
@@ -173,6 +178,16 @@ void RunManyChannels() {
   }
 }
 
+// Channels last with at least kWarpSize vectors of eight channels, where the wide_rows variant
+// applies: several row blocks, a block of the grid with fewer lanes than the others (264
+// channels: 33 vectors), and one holding every row (the one-kernel plan).
+template <typename T>
+void RunWideRows() {
+  for (const Shape& s : {Shape{3, 264, 150, true}, Shape{1, 256, 40, true}}) {
+    for (bool training : {true, false}) RunCase<T>(Case{s, training, 0.0f}, 21);
+  }
+}
+
 // More row blocks wanted than the scratch holds (the Plan's clamp), in both layouts: a block
 // then covers more than its usual share, and the partial sums still cover every element once.
 void RunRowBlockClamp() {
@@ -247,6 +262,7 @@ void RunAll() {
   RunSpecialValues<T>();
   RunDegenerateStatistics<T>();
   RunManyChannels<T>();
+  RunWideRows<T>();
 }
 
 // The forward kernels against the reference on the CPU test's forward cases (the largest left

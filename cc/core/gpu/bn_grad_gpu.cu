@@ -58,10 +58,18 @@ constexpr int kUnroll = 4;
 // Elements per load and store where the layout and the pointers allow it. Channels first, the
 // V elements of a vector share one channel: 16 bytes. Channels last, each is a channel with its
 // own double-precision state (mean, sums or coefficients), so 16-bit types take 8 bytes: with 8
-// channels a thread needed 130-170 registers, and the lower occupancy cost more bandwidth (on an
-// H100) than the narrower loads.
+// channels and kUnroll vectors a thread needed 130-170 registers, and the lower occupancy cost
+// more bandwidth (on an H100) than the narrower loads. The wide_rows variant (GpuVariant) takes
+// 16 bytes with half as many vectors in flight (kRowsUnroll), the same bytes, to be timed.
 template <typename T, bool kChannelsLast>
 constexpr int kVector = sizeof(T) == 4 || !kChannelsLast ? 16 / sizeof(T) : 4;
+constexpr int kWideRowsVector = 8;
+
+// Vectors of each tensor a thread of a channels-last sweep loads before using the first: eight
+// 16-bit channels to a vector hold as many bytes in half as many vectors, and their sums and
+// means twice the registers.
+template <int V>
+constexpr int kRowsUnroll = V == kWideRowsVector ? kUnroll / 2 : kUnroll;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -203,17 +211,17 @@ struct PlaneWalk {
   }
 };
 
-// Up to kUnroll vectors of dy and x at `offset`, every load issued before any is used; the first
+// Up to kCount vectors of dy and x at `offset`, every load issued before any is used; the first
 // `count` lie inside the thread's range.
-template <typename T, int V>
+template <typename T, int V, int kCount = kUnroll>
 struct Batch {
-  Vec<T, V> dy[kUnroll], x[kUnroll];
-  int64_t offset[kUnroll];
+  Vec<T, V> dy[kCount], x[kCount];
+  int64_t offset[kCount];
   int count;
 
   __device__ __forceinline__ void Load(const Args<T>& a) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kCount; ++u) {
       if (u < count) {
         dy[u] = LoadVec<T, V>(a.t.y_backprop + offset[u]);
         x[u] = LoadVec<T, V>(a.t.x + offset[u]);
@@ -223,21 +231,22 @@ struct Batch {
 };
 
 // Channels last: body(dy, x, offset) for each vector of the thread's rows, in row order,
-// kUnroll vectors loaded before the first is used.
+// kRowsUnroll vectors loaded before the first is used.
 template <typename T, int V, typename Body>
 __device__ __forceinline__ void SweepRows(const Args<T>& a, const RowTile& tile, Body&& body) {
-  for (int64_t r = tile.begin; r < tile.end; r += kUnroll * tile.step) {
-    Batch<T, V> b;
+  constexpr int kCount = kRowsUnroll<V>;
+  for (int64_t r = tile.begin; r < tile.end; r += kCount * tile.step) {
+    Batch<T, V, kCount> b;
     b.count = 0;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kCount; ++u) {
       const int64_t row = r + u * tile.step;
       b.offset[u] = row * a.channels + tile.c0;
       b.count += row < tile.end ? 1 : 0;
     }
     b.Load(a);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kCount; ++u) {
       if (u < b.count) body(b.dy[u], b.x[u], b.offset[u]);
     }
   }
@@ -572,11 +581,21 @@ template <typename T, bool kChannelsLast>
 cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const Plan& plan, int64_t run,
                          cudaStream_t stream) {
   constexpr int V = kVector<T, kChannelsLast>;
-  constexpr size_t kBytes = V * sizeof(T);
-  const bool vectorize = run % V == 0 && Aligned(a.t.y_backprop, kBytes) &&
-                         Aligned(a.t.x, kBytes) && Aligned(a.t.x_backprop, kBytes);
-  return vectorize ? LaunchAll<T, V, kChannelsLast>(a, s, plan, stream)
-                   : LaunchAll<T, 1, kChannelsLast>(a, s, plan, stream);
+  auto vectorizable = [&](int width) {
+    const size_t bytes = width * sizeof(T);
+    return run % width == 0 && Aligned(a.t.y_backprop, bytes) && Aligned(a.t.x, bytes) &&
+           Aligned(a.t.x_backprop, bytes);
+  };
+  if constexpr (kChannelsLast && sizeof(T) == 2) {
+    // The wide_rows variant where both widths give a block kWarpSize lanes: then each thread
+    // sums the same rows of each of its channels in the same order, so the bits are the same.
+    if ((GpuVariants() & kWideRows) != 0 && s.channels / kWideRowsVector >= kWarpSize &&
+        vectorizable(kWideRowsVector)) {
+      return LaunchAll<T, kWideRowsVector, true>(a, s, plan, stream);
+    }
+  }
+  return vectorizable(V) ? LaunchAll<T, V, kChannelsLast>(a, s, plan, stream)
+                         : LaunchAll<T, 1, kChannelsLast>(a, s, plan, stream);
 }
 
 }  // namespace
@@ -638,9 +657,11 @@ unsigned VariantsFromEnvironment() {
     const std::string name = names.substr(begin, end - begin);
     if (name == "separate_launches") {
       variants |= kSeparateLaunches;
+    } else if (name == "wide_rows") {
+      variants |= kWideRows;
     } else if (!name.empty()) {
       std::fprintf(stderr, "tf-fbn-ops: TF_FBN_OPS_GPU_VARIANTS: no variant \"%s\" "
-                   "(separate_launches); ignored\n", name.c_str());
+                   "(separate_launches, wide_rows); ignored\n", name.c_str());
     }
   }
   return variants;

@@ -33,11 +33,13 @@ const char* GpuErrorString(int error);
 // (benchmarks/gpu_bench.cu); each gives the default's bits, none is on unless asked for.
 //   kSeparateLaunches: the sums, per-channel and x_backprop kernels launched apart even where
 //     one block holds every row of its channels, which by default does all three in one kernel.
-enum GpuVariant : unsigned { kSeparateLaunches = 1u };
+//   kWideRows: channels-last 16-bit tensors of at least 256 channels read and written 16 bytes
+//     (eight channels) at a time, two vectors in flight per tensor, instead of 8 bytes, four.
+enum GpuVariant : unsigned { kSeparateLaunches = 1u, kWideRows = 2u };
 
 // The variants in force: TF_FBN_OPS_GPU_VARIANTS (names, comma-separated:
-// "separate_launches"; an unknown name is reported on stderr and ignored), read at the first
-// call, until SetGpuVariants (tests, benchmarks) replaces them.
+// "separate_launches", "wide_rows"; an unknown name is reported on stderr and ignored), read at
+// the first call, until SetGpuVariants (tests, benchmarks) replaces them.
 unsigned GpuVariants();
 void SetGpuVariants(unsigned variants);
 
