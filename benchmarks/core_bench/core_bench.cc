@@ -10,8 +10,9 @@
 //
 // Options: --isa avx512|avx2|baseline (default: this CPU's), --threads 1,2 (default), --rounds
 // N (7), --layouts LF (L: channels last, F: channels first), --modes TI (training, inference),
-// --stores auto|both (both: also x_backprop always and never streamed). Shapes are written
-// channels-last (NxHxWxC or NxDxHxWxC).
+// --stores auto|both (both: also x_backprop always and never streamed), --op gradient|forward
+// (forward: the forward ops' kernel, timed alone). Shapes are written channels-last (NxHxWxC or
+// NxDxHxWxC).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "benchmarks/core_bench/spin_pool.h"
+#include "cc/core/bn_forward.h"
 #include "cc/core/bn_grad.h"
 #include "cc/core/cpu/streaming_stores.h"
 #include "cc/core/cpu/cpu_loops.h"
@@ -121,6 +123,7 @@ struct Options {
   int rounds = 7;
   std::string layouts = "LF", modes = "TI";
   bool both_stores = false;
+  bool forward = false;
   bool loops = false;
   std::vector<std::vector<int64_t>> shapes;
 };
@@ -164,6 +167,9 @@ Options Parse(int argc, char** argv) {
     } else if (arg == "--stores") {
       o.both_stores = std::strcmp(value, "both") == 0;
       ++i;
+    } else if (arg == "--op") {
+      o.forward = std::strcmp(value, "forward") == 0;
+      ++i;
     } else {
       o.shapes.push_back(Split(arg, 'x'));
     }
@@ -205,9 +211,27 @@ void TimeCalls(const Options& o) {
         p.is_training = mode == 'T';
         const Tensors<float> t{dy.data(),       x.data(),  scale.data(), mean.data(),
                                variance.data(), dx.data(), ds.data(),    doff.data()};
+        ForwardParams fp;
+        fp.shape = shape;
+        fp.is_training = p.is_training;
+        Floats statistics(4 * C);  // the forward's batch and saved means and variances
+        const ForwardTensors<float> ft{x.data(),          scale.data(),         mean.data(),
+                                       mean.data(),       variance.data(),      dx.data(),
+                                       statistics.data(), statistics.data() + C,
+                                       statistics.data() + 2 * C, statistics.data() + 3 * C};
+        std::string name;
+        for (int64_t d : dims) name += (name.empty() ? "" : "x") + std::to_string(d);
         for (int threads : o.threads) {
           SpinPool pool(threads);
           const ParallelFor parallel_for = pool.AsParallelFor();
+          std::printf("%-16s %-4s %-5s %3d", name.c_str(), layout == 'L' ? "last" : "first",
+                      mode == 'T' ? "train" : "infer", threads);
+          if (o.forward) {  // timed alone: the streaming kernel moves the gradient's bytes
+            const std::vector<double> us =
+                TimeInterleaved({[&] { BatchNormForwardCpu(fp, ft, parallel_for); }}, o.rounds);
+            std::printf(" %10.1f %10s %7s\n", us[0], "-", "-");
+            continue;
+          }
           auto core = [&](int64_t streaming_footprint) {
             return [&, streaming_footprint] {
               BatchNormGradCpuWithLoops(p, t, parallel_for, loops, streaming_footprint);
@@ -221,11 +245,7 @@ void TimeCalls(const Options& o) {
             fns.push_back(core(std::numeric_limits<int64_t>::max()));
           }
           const std::vector<double> us = TimeInterleaved(fns, o.rounds);
-          std::string name;
-          for (int64_t d : dims) name += (name.empty() ? "" : "x") + std::to_string(d);
-          std::printf("%-16s %-4s %-5s %3d %10.1f %10.1f %6.0f%%", name.c_str(),
-                      layout == 'L' ? "last" : "first", mode == 'T' ? "train" : "infer",
-                      threads, us[0], us[1], 100.0 * us[1] / us[0]);
+          std::printf(" %10.1f %10.1f %6.0f%%", us[0], us[1], 100.0 * us[1] / us[0]);
           if (o.both_stores) std::printf("  %11.1f %9.1f", us[2], us[3]);
           std::printf("\n");
           std::fflush(stdout);
@@ -330,13 +350,17 @@ void TimeLoops(const Options& o) {
         });
       });
     });
-    row("forward normalize" + w, [&](int64_t n) {
-      return NsPerElement(n, [&] {
-        tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
-          F.normalize_rows(x.data() + at, dx.data() + at, width, rows, cols, normalize, false);
+    for (NormalizeOrder order : {NormalizeOrder::kRows, NormalizeOrder::kGroups}) {
+      const char* label = order == NormalizeOrder::kRows ? "forward normalize" : "forward by groups";
+      row(label + w, [&](int64_t n) {
+        return NsPerElement(n, [&] {
+          tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
+            F.normalize_rows(x.data() + at, dx.data() + at, width, rows, cols, normalize, false,
+                             order);
+          });
         });
       });
-    });
+    }
   }
   for (int64_t length : {49, 196, 3136}) {
     const std::string l = " plane " + std::to_string(length);

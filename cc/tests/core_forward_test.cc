@@ -34,7 +34,8 @@ void CheckCase(const ForwardCase& k, unsigned seed) {
   Check(ChannelsClose(fast.saved_variance, ref.saved_variance),
         name + ": reserve_space_2 vs reference");
 
-  // The same bits for any thread count and split, copy of the loops, in place and streamed.
+  // The same bits for any thread count and split, copy of the loops, in place, streamed and in
+  // either order of y's rows.
   bool same_threads = true;
   for (auto [threads, pieces] : {std::pair{2, 3}, std::pair{3, 64}, std::pair{2, 1000}}) {
     ForwardOutputs<T> again(k.shape);
@@ -44,12 +45,16 @@ void CheckCase(const ForwardCase& k, unsigned seed) {
   Check(same_threads, name + ": same bits on 2 and 3 threads, any split");
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (isa > DetectedCpuIsa()) continue;
-    for (int64_t footprint : {int64_t{0}, std::numeric_limits<int64_t>::max()}) {
+    constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
+    for (const ForwardMemoryRules rules : {ForwardMemoryRules{0, 0}, ForwardMemoryRules{0, kAll},
+                                           ForwardMemoryRules{kAll, 0},
+                                           ForwardMemoryRules{kAll, kAll}}) {
       ForwardOutputs<T> again(k.shape);
       BatchNormForwardCpuWithLoops(p, again.Bind(in), ThreadedFor(2, 7),
-                                   ForwardLoopsFor<T>(isa), footprint);
+                                   ForwardLoopsFor<T>(isa), rules);
       Check(again.SameBits(fast), name + ": same bits with the " + CpuIsaName(isa) + " loops" +
-                                      (footprint == 0 ? ", streamed" : ""));
+                                      (rules.streaming_footprint == 0 ? ", streamed" : "") +
+                                      (rules.grouped_bytes == 0 ? ", rows in order" : ""));
     }
   }
   ForwardInputs<T> shared = in;

@@ -70,13 +70,13 @@ class ForwardCall {
  public:
   ForwardCall(const ForwardParams& params, const ForwardTensors<T>& t,
               const ParallelFor& parallel_for, const CpuForwardLoops<T>& loops,
-              int64_t streaming_footprint)
+              const ForwardMemoryRules& rules)
       : t(t),
         loops(loops),
         s(params.shape.canonical()),
         params_(params),
         parallel_for_(parallel_for),
-        streaming_footprint_(streaming_footprint),
+        rules_(rules),
         coefficients_(CallScratch<NormalizeCoefficients, kForwardChannelsSlot>(s.channels)) {}
 
   // Channel c's outputs and y's coefficients; training from its combined moments.
@@ -116,7 +116,12 @@ class ForwardCall {
     constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
     if (t.y == t.x || reinterpret_cast<uintptr_t>(t.y) % 64 != 0) return false;
     if (row_elements % kLineElements != 0) return false;
-    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > streaming_footprint_;
+    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > rules_.streaming_footprint;
+  }
+  // How the rows schedule writes y (NormalizeOrder): by groups where x fits the rule's cache.
+  NormalizeOrder Order() const {
+    const bool cached = s.elements() * static_cast<int64_t>(sizeof(T)) <= rules_.grouped_bytes;
+    return cached ? NormalizeOrder::kGroups : NormalizeOrder::kRows;
   }
 
   const ForwardTensors<T>& t;
@@ -126,7 +131,7 @@ class ForwardCall {
  private:
   const ForwardParams& params_;
   const ParallelFor& parallel_for_;
-  const int64_t streaming_footprint_;
+  const ForwardMemoryRules rules_;
   NormalizeCoefficients* coefficients_;  // per channel
 };
 
@@ -170,6 +175,7 @@ void RunRows(ForwardCall<T>& call) {
   double* offset = mean + 2 * padded;
   const NormalizeColumns columns{mean, scale_inv_std, offset};
   const bool stream = call.StreamY(width) && (left_rows == 0 || call.StreamY(C));
+  const NormalizeOrder order = call.Order();
 
   auto tile = [&](int64_t u, int64_t* r0, int64_t* nrows, int64_t* j0, int64_t* ncols) {
     *r0 = (u / column_tiles) * tile_rows;
@@ -221,13 +227,13 @@ void RunRows(ForwardCall<T>& call) {
   };
   auto normalize = [&](int64_t u) {
     if (u == tiles) {
-      return call.loops.normalize_rows(left_x, left_y, C, left_rows, C, columns, stream);
+      return call.loops.normalize_rows(left_x, left_y, C, left_rows, C, columns, stream, order);
     }
     int64_t r0, nrows, j0, ncols;
     tile(u, &r0, &nrows, &j0, &ncols);
     const NormalizeColumns k{mean + j0, scale_inv_std + j0, offset + j0};
     call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
-                              nrows, ncols, k, stream);
+                              nrows, ncols, k, stream, order);
   };
   call.Run(units, tile_rows * tile_columns, moments, finish, normalize);
 }
@@ -290,9 +296,10 @@ void RunRuns(ForwardCall<T>& call) {
 template <typename T>
 void BatchNormForwardCpuWithLoops(const ForwardParams& params, const ForwardTensors<T>& t,
                                   const ParallelFor& parallel_for,
-                                  const CpuForwardLoops<T>& loops, int64_t streaming_footprint) {
+                                  const CpuForwardLoops<T>& loops,
+                                  const ForwardMemoryRules& rules) {
   ScopedIeeeArithmetic ieee;
-  ForwardCall<T> call(params, t, parallel_for, loops, streaming_footprint);
+  ForwardCall<T> call(params, t, parallel_for, loops, rules);
   const Shape& s = call.s;
   if (s.elements() == 0) {
     for (int64_t c = 0; c < s.channels; ++c) FinishEmptyChannel(t, c);
@@ -306,7 +313,7 @@ template <typename T>
 void BatchNormForwardCpu(const ForwardParams& params, const ForwardTensors<T>& t,
                          const ParallelFor& parallel_for) {
   BatchNormForwardCpuWithLoops(params, t, parallel_for, ForwardLoopsFor<T>(ActiveCpuIsa()),
-                               StreamingFootprintBytes());
+                               {StreamingFootprintBytes(), LastLevelCacheBytes()});
 }
 
 #define FBN_INSTANTIATE_FORWARD_CPU(T)                                                    \
@@ -314,7 +321,8 @@ void BatchNormForwardCpu(const ForwardParams& params, const ForwardTensors<T>& t
                                        const ParallelFor&);                               \
   template void BatchNormForwardCpuWithLoops<T>(const ForwardParams&,                     \
                                                 const ForwardTensors<T>&, const ParallelFor&, \
-                                                const CpuForwardLoops<T>&, int64_t);
+                                                const CpuForwardLoops<T>&,                \
+                                                const ForwardMemoryRules&);
 FBN_INSTANTIATE_FORWARD_CPU(float)
 FBN_INSTANTIATE_FORWARD_CPU(Half)
 FBN_INSTANTIATE_FORWARD_CPU(BFloat16)

@@ -20,6 +20,13 @@ struct NormalizeColumns {
   const double* offset;
 };
 
+// How normalize_rows walks a tile (the same bits either way: each y is its own): kRows, row after
+// row, each vector's three double coefficients loaded again for every row; kGroups, a few rows at
+// a time across register tiles of columns, the coefficients in registers. From the caches kGroups
+// is about twice as fast (the loop waits on loads otherwise); from DRAM it read up to 1.5x
+// slower on a Zen 5 (the rows it interleaves are streams the prefetchers follow worse).
+enum class NormalizeOrder { kRows, kGroups };
+
 template <typename T>
 struct CpuForwardLoops {
   // A tile of `rows` rows of `width` columns, row r at element r * stride. Per column j:
@@ -30,10 +37,10 @@ struct CpuForwardLoops {
   // One run of `length` elements: *sum = Σ x, *m2 = Σ (x − *sum / length)², element i in lane
   // i % 16, the lanes added in ReduceLanes' fixed order.
   void (*moments_run)(const T* x, int64_t length, double* sum, double* m2);
-  // y = (x − mean) · scale_inv_std + offset in double, rounded once to T; non-temporal stores
-  // if stream_y (streaming_stores.h).
+  // y = (x − mean) · scale_inv_std + offset in double, rounded once to T, in `order`;
+  // non-temporal stores if stream_y (streaming_stores.h).
   void (*normalize_rows)(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
-                         const NormalizeColumns& k, bool stream_y);
+                         const NormalizeColumns& k, bool stream_y, NormalizeOrder order);
   // The same for one run; the caller fences streamed stores once after its runs.
   void (*normalize_run)(const T* x, T* y, int64_t length, const NormalizeCoefficients& k,
                         bool stream_y);
@@ -56,12 +63,22 @@ template <typename T>
 const CpuForwardLoops<T>* ForwardLoops();
 }
 
-// BatchNormForwardCpu (bn_forward.h) with the given copy of the loops and streaming threshold,
-// so tests can compare copies and both kinds of store.
+// The sizes that choose how a forward call uses memory: y is streamed where x and y together
+// take more than streaming_footprint bytes (BatchNormForwardCpu: StreamingFootprintBytes()),
+// and written in NormalizeOrder::kGroups where x takes at most grouped_bytes (there: the
+// last-level cache, LastLevelCacheBytes(), measured at load time), else in kRows.
+struct ForwardMemoryRules {
+  int64_t streaming_footprint;
+  int64_t grouped_bytes;
+};
+
+// BatchNormForwardCpu (bn_forward.h) with the given copy of the loops and memory rules, so
+// tests can compare copies, both kinds of store and both orders.
 template <typename T>
 void BatchNormForwardCpuWithLoops(const ForwardParams& params, const ForwardTensors<T>& t,
                                   const ParallelFor& parallel_for,
-                                  const CpuForwardLoops<T>& loops, int64_t streaming_footprint);
+                                  const CpuForwardLoops<T>& loops,
+                                  const ForwardMemoryRules& rules);
 
 #define FBN_INSTANTIATE_FORWARD_LOOPS()                                \
   template const CpuForwardLoops<float>* ForwardLoops<float>();        \

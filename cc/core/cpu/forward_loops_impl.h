@@ -114,19 +114,89 @@ void MomentsRun(const T* x, int64_t length, double* sum, double* m2) {
   *m2 = ReduceLanes(q);
 }
 
-template <typename T>
-void NormalizeRows(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
-                   const NormalizeColumns& k, bool stream_y) {
+// Column vectors whose coefficients NormalizeOrder::kGroups keeps in registers across a group
+// of rows (three double registers or register pairs a vector): reloaded at every element (kRows),
+// the loop waits on loads, six coefficient loads to one of x.
+#if defined(FBN_SIMD_AVX512)
+constexpr int kNormalizeVectors = 4;
+#else
+constexpr int kNormalizeVectors = 1;
+#endif
+// Rows of a group: the tile's rows are read a group at a time across the tiles, in memory order.
+constexpr int64_t kNormalizeGroup = 8;
+
+// y = (x − mean) · scale_inv_std + offset in double, rounded once, for kVectors vectors of
+// columns from j on (the last one `last` lanes wide) of rows [r0, r1).
+template <typename T, int kVectors, bool kStream>
+FBN_INLINE void NormalizeTile(const T* x, T* y, int64_t stride, int64_t r0, int64_t r1,
+                              int64_t j, int last, const NormalizeColumns& k) {
+  auto lanes = [last](int v) { return v < kVectors - 1 ? kLanes : last; };
+  Doubles mean[kVectors], scale[kVectors], offset[kVectors];
+  for (int v = 0; v < kVectors; ++v) {
+    mean[v] = LoadDoubles(k.mean + j + v * kLanes);
+    scale[v] = LoadDoubles(k.scale_inv_std + j + v * kLanes);
+    offset[v] = LoadDoubles(k.offset + j + v * kLanes);
+  }
+  for (int64_t r = r0; r < r1; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t at = r * stride + j + v * kLanes;
+      StoreRounded(y + at, (LoadWidened(x + at, lanes(v)) - mean[v]) * scale[v] + offset[v],
+                   lanes(v), kStream);
+    }
+  }
+}
+
+// NormalizeOrder::kGroups: kNormalizeGroup rows at a time across the register tiles.
+template <typename T, bool kStream>
+void NormalizeRowsByGroups(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
+                           const NormalizeColumns& k) {
+  constexpr int64_t kStep = kNormalizeVectors * kLanes;
+  for (int64_t r0 = 0; r0 < rows; r0 += kNormalizeGroup) {
+    const int64_t r1 = std::min(rows, r0 + kNormalizeGroup);
+    int64_t j = 0;
+    for (; j + kStep <= width; j += kStep) {
+      NormalizeTile<T, kNormalizeVectors, kStream>(x, y, stride, r0, r1, j, kLanes, k);
+    }
+    if (j == width) continue;
+    // The last columns as one tile of fewer vectors, the last of them `last` lanes wide.
+    const int vectors = static_cast<int>((width - j + kLanes - 1) / kLanes);
+    const int last = static_cast<int>(width - j) - (vectors - 1) * kLanes;
+    CallWithVectors<kNormalizeVectors>(vectors, j, last, [&](int64_t, int, auto count, auto) {
+      NormalizeTile<T, decltype(count)::value, kStream>(x, y, stride, r0, r1, j, last, k);
+    });
+  }
+}
+
+// NormalizeOrder::kRows: row after row, in memory order.
+template <typename T, bool kStream>
+void NormalizeRowsInOrder(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
+                          const NormalizeColumns& k) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < width; j += kLanes) {
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
       const Doubles v = (LoadWidened(x + r * stride + j, n) - LoadDoubles(k.mean + j)) *
                             LoadDoubles(k.scale_inv_std + j) +
                         LoadDoubles(k.offset + j);
-      StoreRounded(y + r * stride + j, v, n, stream_y);
+      StoreRounded(y + r * stride + j, v, n, kStream);
     }
   }
-  if (stream_y) FenceStreamingStores();
+}
+
+template <typename T, bool kStream>
+void NormalizeRowsWithStores(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
+                             const NormalizeColumns& k, NormalizeOrder order) {
+  if (order == NormalizeOrder::kRows) {
+    return NormalizeRowsInOrder<T, kStream>(x, y, stride, rows, width, k);
+  }
+  NormalizeRowsByGroups<T, kStream>(x, y, stride, rows, width, k);
+}
+
+template <typename T>
+void NormalizeRows(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
+                   const NormalizeColumns& k, bool stream_y, NormalizeOrder order) {
+  if (!stream_y) return NormalizeRowsWithStores<T, false>(x, y, stride, rows, width, k, order);
+  NormalizeRowsWithStores<T, true>(x, y, stride, rows, width, k, order);
+  FenceStreamingStores();
 }
 
 template <typename T>
