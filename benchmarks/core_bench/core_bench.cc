@@ -233,9 +233,8 @@ void TimeCalls(const Options& o) {
             continue;
           }
           auto core = [&](int64_t streaming_footprint) {
-            return [&, streaming_footprint] {
-              BatchNormGradCpuWithLoops(p, t, parallel_for, loops, streaming_footprint);
-            };
+            const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes};
+            return [&, rules] { BatchNormGradCpuWithLoops(p, t, parallel_for, loops, rules); };
           };
           std::vector<std::function<void()>> fns = {
               core(StreamingFootprintBytes()),
@@ -315,14 +314,17 @@ void TimeLoops(const Options& o) {
         });
       });
     });
-    row("rows training dx" + w, [&](int64_t n) {
-      return NsPerElement(n, [&] {
-        windows(n, [&](int64_t at, int64_t rows) {
-          L.training_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows, width,
-                             coefficients, false);
-        });
-      });
-    });
+    for (RowOrder order : {RowOrder::kInOrder, RowOrder::kByGroups}) {
+      row((order == RowOrder::kInOrder ? "rows training dx" : "rows dx by groups") + w,
+          [&](int64_t n) {
+            return NsPerElement(n, [&] {
+              windows(n, [&](int64_t at, int64_t rows) {
+                L.training_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows,
+                                   width, coefficients, false, order);
+              });
+            });
+          });
+    }
   }
   // The forward's rows loops on tiles as bn_forward_cpu.cc cuts them (kMaxTileColumns 256,
   // kMinTileRows 64, kMomentsTileBytes 256 KiB).
@@ -350,8 +352,8 @@ void TimeLoops(const Options& o) {
         });
       });
     });
-    for (NormalizeOrder order : {NormalizeOrder::kRows, NormalizeOrder::kGroups}) {
-      const char* label = order == NormalizeOrder::kRows ? "forward normalize" : "forward by groups";
+    for (RowOrder order : {RowOrder::kInOrder, RowOrder::kByGroups}) {
+      const char* label = order == RowOrder::kInOrder ? "forward normalize" : "forward by groups";
       row(label + w, [&](int64_t n) {
         return NsPerElement(n, [&] {
           tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {

@@ -21,7 +21,9 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared test vocabulary
 
-constexpr int64_t kNeverStream = std::numeric_limits<int64_t>::max();
+// Ordinary stores, rows by groups (the stages' bits do not depend on either).
+constexpr MemoryRules kNeverStream{std::numeric_limits<int64_t>::max(),
+                                   std::numeric_limits<int64_t>::max()};
 
 template <typename T>
 struct StagedRun {

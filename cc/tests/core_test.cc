@@ -139,8 +139,10 @@ void TestConversions() {
 // (cc/core/cpu/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
 // arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
-constexpr int64_t kNeverStream = std::numeric_limits<int64_t>::max();
-constexpr int64_t kAlwaysStream = 0;
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+// Ordinary stores and rows by groups; the other three combinations of MemoryRules.
+constexpr MemoryRules kNeverStream{kNever, kNever};
+constexpr MemoryRules kOtherMemoryRules[] = {{0, kNever}, {kNever, 0}, {0, 0}};
 
 template <typename T>
 void TestIsaCopiesAgree() {
@@ -174,20 +176,25 @@ void TestIsaCopiesAgree() {
                                 kNeverStream);
       for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
         if (isa > DetectedCpuIsa()) continue;  // this CPU cannot run that copy
-        // Ordinary and non-temporal stores of x_backprop, whatever this machine's cache.
-        for (int64_t streaming_footprint : {kNeverStream, kAlwaysStream}) {
+        // Ordinary and non-temporal stores of x_backprop, rows by groups and in order,
+        // whatever this machine's cache.
+        std::vector<MemoryRules> all_rules = {kNeverStream};
+        all_rules.insert(all_rules.end(), std::begin(kOtherMemoryRules),
+                         std::end(kOtherMemoryRules));
+        for (const MemoryRules& rules : all_rules) {
           const std::string copy = Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) +
                                    " copy" +
-                                   (streaming_footprint == kAlwaysStream ? ", streamed" : "");
-          if (isa != CpuIsa::kBaseline || streaming_footprint == kAlwaysStream) {
+                                   (rules.streaming_footprint == 0 ? ", streamed" : "") +
+                                   (rules.grouped_bytes == 0 ? ", rows in order" : "");
+          if (isa != CpuIsa::kBaseline || rules.streaming_footprint != kNever ||
+              rules.grouped_bytes != kNever) {
             Outputs<T> other(shape);
-            BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa),
-                                      streaming_footprint);
+            BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa), rules);
             Check(other.BitEqual(base), copy + " gives the portable copy's bits");
           }
           Outputs<T> in_place(shape);
           BatchNormGradCpuWithLoops(p, in_place.BindInPlace(in), SerialFor(), LoopsFor<T>(isa),
-                                    streaming_footprint);
+                                    rules);
           Check(in_place.BitEqual(base), copy + " in place gives the portable copy's bits");
         }
       }

@@ -70,7 +70,7 @@ class ForwardCall {
  public:
   ForwardCall(const ForwardParams& params, const ForwardTensors<T>& t,
               const ParallelFor& parallel_for, const CpuForwardLoops<T>& loops,
-              const ForwardMemoryRules& rules)
+              const MemoryRules& rules)
       : t(t),
         loops(loops),
         s(params.shape.canonical()),
@@ -118,10 +118,10 @@ class ForwardCall {
     if (row_elements % kLineElements != 0) return false;
     return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > rules_.streaming_footprint;
   }
-  // How the rows schedule writes y (NormalizeOrder): by groups where x fits the rule's cache.
-  NormalizeOrder Order() const {
+  // How the rows schedule writes y (RowOrder): by groups where x fits the rule's size.
+  RowOrder Order() const {
     const bool cached = s.elements() * static_cast<int64_t>(sizeof(T)) <= rules_.grouped_bytes;
-    return cached ? NormalizeOrder::kGroups : NormalizeOrder::kRows;
+    return cached ? RowOrder::kByGroups : RowOrder::kInOrder;
   }
 
   const ForwardTensors<T>& t;
@@ -131,7 +131,7 @@ class ForwardCall {
  private:
   const ForwardParams& params_;
   const ParallelFor& parallel_for_;
-  const ForwardMemoryRules rules_;
+  const MemoryRules rules_;
   NormalizeCoefficients* coefficients_;  // per channel
 };
 
@@ -175,7 +175,7 @@ void RunRows(ForwardCall<T>& call) {
   double* offset = mean + 2 * padded;
   const NormalizeColumns columns{mean, scale_inv_std, offset};
   const bool stream = call.StreamY(width) && (left_rows == 0 || call.StreamY(C));
-  const NormalizeOrder order = call.Order();
+  const RowOrder order = call.Order();
 
   auto tile = [&](int64_t u, int64_t* r0, int64_t* nrows, int64_t* j0, int64_t* ncols) {
     *r0 = (u / column_tiles) * tile_rows;
@@ -297,7 +297,7 @@ template <typename T>
 void BatchNormForwardCpuWithLoops(const ForwardParams& params, const ForwardTensors<T>& t,
                                   const ParallelFor& parallel_for,
                                   const CpuForwardLoops<T>& loops,
-                                  const ForwardMemoryRules& rules) {
+                                  const MemoryRules& rules) {
   ScopedIeeeArithmetic ieee;
   ForwardCall<T> call(params, t, parallel_for, loops, rules);
   const Shape& s = call.s;
@@ -313,7 +313,7 @@ template <typename T>
 void BatchNormForwardCpu(const ForwardParams& params, const ForwardTensors<T>& t,
                          const ParallelFor& parallel_for) {
   BatchNormForwardCpuWithLoops(params, t, parallel_for, ForwardLoopsFor<T>(ActiveCpuIsa()),
-                               {StreamingFootprintBytes(), LastLevelCacheBytes()});
+                               KernelMemoryRules());
 }
 
 #define FBN_INSTANTIATE_FORWARD_CPU(T)                                                    \
@@ -322,7 +322,7 @@ void BatchNormForwardCpu(const ForwardParams& params, const ForwardTensors<T>& t
   template void BatchNormForwardCpuWithLoops<T>(const ForwardParams&,                     \
                                                 const ForwardTensors<T>&, const ParallelFor&, \
                                                 const CpuForwardLoops<T>&,                \
-                                                const ForwardMemoryRules&);
+                                                const MemoryRules&);
 FBN_INSTANTIATE_FORWARD_CPU(float)
 FBN_INSTANTIATE_FORWARD_CPU(Half)
 FBN_INSTANTIATE_FORWARD_CPU(BFloat16)

@@ -149,13 +149,16 @@ template <typename T, typename F>
 class Call {
  public:
   Call(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for,
-       const CpuLoops<T>& loops, int64_t streaming_footprint)
+       const CpuLoops<T>& loops, const MemoryRules& rules)
       : t(t),
         loops(loops),
         s(params.shape.canonical()),
         training(params.is_training),
         stage(params.stage),
-        stream_dx(StreamDx(s, t, streaming_footprint)),
+        stream_dx(StreamDx(s, t, rules.streaming_footprint)),
+        dx_order(3 * s.elements() * static_cast<int64_t>(sizeof(T)) <= rules.grouped_bytes
+                     ? RowOrder::kByGroups
+                     : RowOrder::kInOrder),
         params_(params),
         parallel_for_(parallel_for) {
     const int64_t C = s.channels;
@@ -255,6 +258,9 @@ class Call {
   const Stage stage;
   // x_backprop is written with non-temporal stores (StreamDx).
   const bool stream_dx;
+  // How training's x_backprop goes through the rows (MemoryRules: by groups where x,
+  // y_backprop and x_backprop all fit).
+  const RowOrder dx_order;
   // Per channel: mean, scale · inv_std, and (training, once finished) the dx coefficients.
   F* mean = nullptr;
   F* scale_inv_std = nullptr;
@@ -384,7 +390,7 @@ void RunRows(const Call<T, float>& call) {
   auto dx = [&](int64_t b) {
     for_each_window(b, [&](int64_t offset, int64_t rows, int64_t width) {
       loops.training_dx_rows(t.y_backprop + offset, t.x + offset, t.x_backprop + offset, columns,
-                             rows, width, k.coefficients(), call.stream_dx);
+                             rows, width, k.coefficients(), call.stream_dx, call.dx_order);
     });
   };
   if (!call.Sums()) {
@@ -430,7 +436,8 @@ void RunPlanes(const Call<T, float>& call) {
     const Columns<float> k{column_data[0], column_data[1], column_data[2], column_data[3]};
     call.Expand(k, w.width, channel_of(w.c0), true);
     loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
-                           stride, w.rows, w.width, k.coefficients(), call.stream_dx);
+                           stride, w.rows, w.width, k.coefficients(), call.stream_dx,
+                           call.dx_order);
   };
   auto first_sweep = [&](int64_t u) {
     const Unit w = unit_of(u);
@@ -464,7 +471,8 @@ void RunPlanes(const Call<T, float>& call) {
     if (!fused || !call.TrainingDx()) return;
     call.Expand(k, w.width, channel_of(w.c0), true);
     loops.training_dx_rows(t.y_backprop + w.offset, t.x + w.offset, t.x_backprop + w.offset,
-                           stride, w.rows, w.width, k.coefficients(), call.stream_dx);
+                           stride, w.rows, w.width, k.coefficients(), call.stream_dx,
+                           call.dx_order);
   };
   const int64_t units = blocks.count * groups.count;
   const int64_t unit_elements = blocks.size * groups.size * S;
@@ -741,7 +749,7 @@ ParallelFor SerialFor() {
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
                                const ParallelFor& parallel_for, const CpuLoops<T>& loops,
-                               int64_t streaming_footprint) {
+                               const MemoryRules& rules) {
   ScopedIeeeArithmetic ieee;
   const Shape s = params.shape.canonical();
   if (s.elements() == 0) {
@@ -755,15 +763,15 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
         std::fill(t.sum_dy_xc, t.sum_dy_xc + s.channels, 0.0);
         return;
       case Stage::kDxFromSums:  // no x_backprop, but the global gradients all the same
-        return Call<T, double>(params, t, parallel_for, loops, streaming_footprint)
+        return Call<T, double>(params, t, parallel_for, loops, rules)
             .FinishFromGlobalSums();
     }
   }
   if (s.rest() < kFastPathRest) {
-    const Call<T, double> call(params, t, parallel_for, loops, streaming_footprint);
+    const Call<T, double> call(params, t, parallel_for, loops, rules);
     return s.channels_last ? RunExactRows(call) : RunExactRuns(call);
   }
-  const Call<T, float> call(params, t, parallel_for, loops, streaming_footprint);
+  const Call<T, float> call(params, t, parallel_for, loops, rules);
   if (s.channels_last) return RunRows(call);
   if (s.spatial < kShortPlane) return RunPlanes(call);
   RunRuns(call);
@@ -772,13 +780,14 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
 template <typename T>
 void BatchNormGradCpu(const Params& params, const Tensors<T>& t, const ParallelFor& parallel_for) {
   BatchNormGradCpuWithLoops(params, t, parallel_for, LoopsFor<T>(ActiveCpuIsa()),
-                            StreamingFootprintBytes());
+                            KernelMemoryRules());
 }
 
 #define FBN_INSTANTIATE_CPU(T)                                                                 \
   template void BatchNormGradCpu<T>(const Params&, const Tensors<T>&, const ParallelFor&);     \
   template void BatchNormGradCpuWithLoops<T>(const Params&, const Tensors<T>&,                 \
-                                             const ParallelFor&, const CpuLoops<T>&, int64_t);
+                                             const ParallelFor&, const CpuLoops<T>&,           \
+                                             const MemoryRules&);
 FBN_INSTANTIATE_CPU(float)
 FBN_INSTANTIATE_CPU(Half)
 FBN_INSTANTIATE_CPU(BFloat16)

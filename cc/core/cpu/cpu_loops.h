@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/cpu/streaming_stores.h"
 
 namespace fbn {
 
@@ -85,6 +86,14 @@ struct ExactColumns {
   double* dy_xc_aux;
 };
 
+// How an elementwise rows loop (training's x_backprop, the forward's y) walks a window; the same
+// bits either way, each element being its own. kInOrder: row after row, each column vector's
+// coefficients loaded again for every row. kByGroups: eight rows at a time across register
+// tiles of columns, the coefficients in registers. From the caches kByGroups is 1.1-2x as fast
+// (in order, wide rows wait on the coefficient loads); from DRAM it read up to 1.5x slower on a
+// Zen 5 (the rows it interleaves are streams the prefetchers follow worse than one).
+enum class RowOrder { kInOrder, kByGroups };
+
 // Coefficients of x_backprop, per column (rows) or per channel (runs). Inference:
 // dx = dy · scale_inv_std. Training, grouped as TensorFlow groups it (so infinities and NaNs
 // propagate the same way):  dx = scale_inv_std · ((dy − dy_mean) − (x − mean) · xc_coef).
@@ -109,9 +118,10 @@ struct CpuLoops {
   void (*sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                              int64_t width, const float* mean, const float* scale_inv_std,
                              double* sum_dy, double* sum_dy_xc, bool stream_dx);
-  // Training's x_backprop of the window (streamed as above).
+  // Training's x_backprop of the window (streamed as above), in `order`.
   void (*training_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
-                           int64_t width, const DxCoefficients<float>& k, bool stream_dx);
+                           int64_t width, const DxCoefficients<float>& k, bool stream_dx,
+                           RowOrder order);
   // Runs of `channels` consecutive channels, `runs` of them per channel: run k of channel c
   // starts at element c * length + k * run_stride and is `length` long. sum_dy[c] += Σ dy,
   // sum_dy_xc[c] += Σ dy · (x − mean[c]) over the channel's runs. One run is summed in order
@@ -189,15 +199,14 @@ template <typename T>
 const CpuLoops<T>* Loops();
 }
 
-// BatchNormGradCpu (bn_grad.h) with the given copy of the loops, writing x_backprop with
-// non-temporal stores where x, y_backprop and x_backprop together take more than
-// `streaming_footprint` bytes (BatchNormGradCpu: StreamingFootprintBytes(),
-// streaming_stores.h) and the call's other conditions hold (Call::StreamDx, bn_grad_cpu.cc),
-// so tests can compare copies and both kinds of store.
+// BatchNormGradCpu (bn_grad.h) with the given copy of the loops and memory rules (x_backprop
+// streamed where x, y_backprop and x_backprop together take more than the rule's footprint and
+// the call's other conditions hold: Call::StreamDx, bn_grad_cpu.cc), so tests can compare
+// copies, both kinds of store and both row orders.
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
                                const ParallelFor& parallel_for, const CpuLoops<T>& loops,
-                               int64_t streaming_footprint);
+                               const MemoryRules& rules);
 
 // Explicit instantiations of an instruction set's Loops<T>() for every element type.
 #define FBN_INSTANTIATE_LOOPS()                      \

@@ -20,13 +20,6 @@ struct NormalizeColumns {
   const double* offset;
 };
 
-// How normalize_rows walks a tile (the same bits either way: each y is its own): kRows, row after
-// row, each vector's three double coefficients loaded again for every row; kGroups, a few rows at
-// a time across register tiles of columns, the coefficients in registers. From the caches kGroups
-// is about twice as fast (the loop waits on loads otherwise); from DRAM it read up to 1.5x
-// slower on a Zen 5 (the rows it interleaves are streams the prefetchers follow worse).
-enum class NormalizeOrder { kRows, kGroups };
-
 template <typename T>
 struct CpuForwardLoops {
   // A tile of `rows` rows of `width` columns, row r at element r * stride. Per column j:
@@ -40,7 +33,7 @@ struct CpuForwardLoops {
   // y = (x − mean) · scale_inv_std + offset in double, rounded once to T, in `order`;
   // non-temporal stores if stream_y (streaming_stores.h).
   void (*normalize_rows)(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
-                         const NormalizeColumns& k, bool stream_y, NormalizeOrder order);
+                         const NormalizeColumns& k, bool stream_y, RowOrder order);
   // The same for one run; the caller fences streamed stores once after its runs.
   void (*normalize_run)(const T* x, T* y, int64_t length, const NormalizeCoefficients& k,
                         bool stream_y);
@@ -63,22 +56,13 @@ template <typename T>
 const CpuForwardLoops<T>* ForwardLoops();
 }
 
-// The sizes that choose how a forward call uses memory: y is streamed where x and y together
-// take more than streaming_footprint bytes (BatchNormForwardCpu: StreamingFootprintBytes()),
-// and written in NormalizeOrder::kGroups where x takes at most grouped_bytes (there: the
-// last-level cache, LastLevelCacheBytes(), measured at load time), else in kRows.
-struct ForwardMemoryRules {
-  int64_t streaming_footprint;
-  int64_t grouped_bytes;
-};
-
-// BatchNormForwardCpu (bn_forward.h) with the given copy of the loops and memory rules, so
-// tests can compare copies, both kinds of store and both orders.
+// BatchNormForwardCpu (bn_forward.h) with the given copy of the loops and memory rules (y
+// streamed where x and y together take more than the rule's footprint), so tests can compare
+// copies, both kinds of store and both row orders.
 template <typename T>
 void BatchNormForwardCpuWithLoops(const ForwardParams& params, const ForwardTensors<T>& t,
                                   const ParallelFor& parallel_for,
-                                  const CpuForwardLoops<T>& loops,
-                                  const ForwardMemoryRules& rules);
+                                  const CpuForwardLoops<T>& loops, const MemoryRules& rules);
 
 #define FBN_INSTANTIATE_FORWARD_LOOPS()                                \
   template const CpuForwardLoops<float>* ForwardLoops<float>();        \

@@ -114,7 +114,7 @@ void MomentsRun(const T* x, int64_t length, double* sum, double* m2) {
   *m2 = ReduceLanes(q);
 }
 
-// Column vectors whose coefficients NormalizeOrder::kGroups keeps in registers across a group
+// Column vectors whose coefficients RowOrder::kByGroups keeps in registers across a group
 // of rows (three double registers or register pairs a vector): reloaded at every element (kRows),
 // the loop waits on loads, six coefficient loads to one of x.
 #if defined(FBN_SIMD_AVX512)
@@ -146,7 +146,7 @@ FBN_INLINE void NormalizeTile(const T* x, T* y, int64_t stride, int64_t r0, int6
   }
 }
 
-// NormalizeOrder::kGroups: kNormalizeGroup rows at a time across the register tiles.
+// RowOrder::kByGroups: kNormalizeGroup rows at a time across the register tiles.
 template <typename T, bool kStream>
 void NormalizeRowsByGroups(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
                            const NormalizeColumns& k) {
@@ -167,7 +167,7 @@ void NormalizeRowsByGroups(const T* x, T* y, int64_t stride, int64_t rows, int64
   }
 }
 
-// NormalizeOrder::kRows: row after row, in memory order.
+// RowOrder::kInOrder: row after row, in memory order.
 template <typename T, bool kStream>
 void NormalizeRowsInOrder(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
                           const NormalizeColumns& k) {
@@ -184,8 +184,8 @@ void NormalizeRowsInOrder(const T* x, T* y, int64_t stride, int64_t rows, int64_
 
 template <typename T, bool kStream>
 void NormalizeRowsWithStores(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
-                             const NormalizeColumns& k, NormalizeOrder order) {
-  if (order == NormalizeOrder::kRows) {
+                             const NormalizeColumns& k, RowOrder order) {
+  if (order == RowOrder::kInOrder) {
     return NormalizeRowsInOrder<T, kStream>(x, y, stride, rows, width, k);
   }
   NormalizeRowsByGroups<T, kStream>(x, y, stride, rows, width, k);
@@ -193,7 +193,7 @@ void NormalizeRowsWithStores(const T* x, T* y, int64_t stride, int64_t rows, int
 
 template <typename T>
 void NormalizeRows(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
-                   const NormalizeColumns& k, bool stream_y, NormalizeOrder order) {
+                   const NormalizeColumns& k, bool stream_y, RowOrder order) {
   if (!stream_y) return NormalizeRowsWithStores<T, false>(x, y, stride, rows, width, k, order);
   NormalizeRowsWithStores<T, true>(x, y, stride, rows, width, k, order);
   FenceStreamingStores();

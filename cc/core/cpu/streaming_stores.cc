@@ -77,6 +77,8 @@ int64_t StreamingFootprintBytes() {
   return bytes;
 }
 
+MemoryRules KernelMemoryRules() { return {StreamingFootprintBytes(), LastLevelCacheBytes()}; }
+
 void FenceStreamingStores() {
 #if defined(__SSE2__)
   _mm_sfence();

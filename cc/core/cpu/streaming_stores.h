@@ -25,6 +25,21 @@ constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
 int64_t StreamingFootprintBytes();
 constexpr int64_t kStreamingBytes = int64_t{12} << 20;
 
+// The sizes that choose how a call uses memory, never its bits: x_backprop (or y) is written
+// with non-temporal stores where the call's tensors take more than streaming_footprint bytes
+// (and its other conditions hold), and rows go RowOrder::kByGroups (cpu_loops.h) where the
+// gradient's three tensors, or the forward's x, take at most grouped_bytes. (Measured on a Zen
+// 5: the forward's y, evaluated in double, gains from groups up to x at the cache's size; the
+// gradient's x_backprop, in float, gains less and lost where the call's bytes passed the cache.)
+struct MemoryRules {
+  int64_t streaming_footprint;
+  int64_t grouped_bytes;
+};
+// The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes()}, streaming as above
+// and groups where the reads fit the last-level cache as this machine reports its size (tests
+// and benchmarks pass others).
+MemoryRules KernelMemoryRules();
+
 // Orders the calling thread's non-temporal stores before its later stores, so that a thread
 // that joins it sees them. Once per unit of work, never per row or run: a fence waits until the
 // write-combining buffers have drained to memory (a fence after each 64-float run made the
