@@ -20,9 +20,14 @@ def test_emulated_run_reports_every_cell(emulated_gpu_core: Path, tmp_path: Path
                              str(emulated_gpu_core), "--out", str(tmp_path)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "gpu peers: 24 passed, 0 failed"
+    # 24 cells, each with the default kernels and the two variants.
+    assert result.stdout.strip().splitlines()[-1] == "gpu peers: 72 passed, 0 failed"
     rows = json.loads((tmp_path / "peers_emulated.json").read_text())["rows"]
     ours = [r for r in rows if r["impl"] == "ours"]
+    for variant in ("ours+separate_launches", "ours+wide_rows"):
+        rows_of = [r for r in rows if r["impl"] == variant]
+        assert len(rows_of) == 24 and all(
+            r["deterministic"] and r["error_units"] <= 1.0 for r in rows_of), rows_of
     # A 4-D and a 5-D shape, each channels-last and channels-first, 3 dtypes, 2 modes: every
     # cell checked against the float64 reference.
     assert sorted((r["layout"], r["dtype"], r["mode"]) for r in ours) == sorted(

@@ -35,6 +35,21 @@ def call_core(core: ctypes.CDLL, case, pointers: list[int], stream: int | None) 
           "fbn_gpu_grad")
 
 
+def with_variants(core: ctypes.CDLL, ours: Callable) -> dict[str, Callable]:
+    """`ours` and, as "ours+NAME", ours under each kernel variant of the core (GpuVariant),
+    the default kernels again after each call."""
+    implementations = {"ours": ours}
+    for name in core.fbn_gpu_variant_names().decode().split(","):
+        def run(name: str = name):
+            core.fbn_gpu_set_variants(name.encode())
+            try:
+                return ours()
+            finally:
+                core.fbn_gpu_set_variants(b"")
+        implementations[f"ours+{name}"] = run
+    return implementations
+
+
 # --- PyTorch on a CUDA GPU -----------------------------------------------------------------
 
 # GPU clock cycles (about 1 ms) the stream sleeps before each timed call: far longer than any
@@ -190,7 +205,7 @@ class CudaCase:
                 self.x, self.dy, self.weight, self.running_mean, self.running_var, mean, invstd,
                 EPSILON, reserve)
 
-        return {"ours": ours, "pytorch": pytorch,
+        return {**with_variants(self.core, ours), "pytorch": pytorch,
                 "cudnn": cudnn if self.cudnn_saved is not None else None}
 
 
@@ -307,4 +322,5 @@ class EmulatedCase:
             return t.ops.aten.native_batch_norm_backward(
                 dy, x, weight, *running, *saved, case.training, EPSILON, [True, True, True])
 
-        return {"ours": ours, "pytorch": pytorch if t is not None else None, "cudnn": None}
+        return {**with_variants(self.core, ours), "pytorch": pytorch if t is not None else None,
+                "cudnn": None}

@@ -68,6 +68,17 @@ __attribute__((visibility("default"))) int fbn_gpu_grad(
   }
 }
 
+// Every kernel variant's name, comma-separated (GpuVariant), and the variants in force from now
+// on, by name ("" for the default kernels); returns what the names select.
+__attribute__((visibility("default"))) const char* fbn_gpu_variant_names() {
+  return fbn::GpuVariantNames();
+}
+__attribute__((visibility("default"))) unsigned fbn_gpu_set_variants(const char* names) {
+  const unsigned variants = fbn::GpuVariantsNamed(names);
+  fbn::SetGpuVariants(variants);
+  return variants;
+}
+
 __attribute__((visibility("default"))) const char* fbn_gpu_error_string(int error) {
   return error == -1 ? "unknown dtype" : fbn::GpuErrorString(error);
 }

@@ -24,6 +24,9 @@ def load_core(emulated: bool, path: Path | None = None) -> ctypes.CDLL:
     core.fbn_gpu_grad.argtypes = ([ctypes.c_int] + [ctypes.c_int64] * 3 + [ctypes.c_int] * 3
                                   + [ctypes.c_float] + [ctypes.c_void_p] * 10)
     core.fbn_gpu_error_string.restype = ctypes.c_char_p
+    core.fbn_gpu_variant_names.restype = ctypes.c_char_p
+    core.fbn_gpu_set_variants.restype = ctypes.c_uint
+    core.fbn_gpu_set_variants.argtypes = [ctypes.c_char_p]
     core.fbn_gpu_alloc.restype = ctypes.c_void_p
     core.fbn_gpu_alloc.argtypes = [ctypes.c_uint64]
     core.fbn_gpu_free.argtypes = [ctypes.c_void_p]

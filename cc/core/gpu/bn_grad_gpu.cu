@@ -647,24 +647,16 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
 
 namespace {
 
+struct NamedVariant {
+  const char* name;
+  GpuVariant variant;
+};
+constexpr NamedVariant kNamedVariants[] = {{"separate_launches", kSeparateLaunches},
+                                           {"wide_rows", kWideRows}};
+
 unsigned VariantsFromEnvironment() {
   const char* wanted = std::getenv("TF_FBN_OPS_GPU_VARIANTS");
-  if (wanted == nullptr) return 0;
-  unsigned variants = 0;
-  const std::string names = std::string(wanted) + ",";
-  for (size_t begin = 0, end; (end = names.find(',', begin)) != std::string::npos;
-       begin = end + 1) {
-    const std::string name = names.substr(begin, end - begin);
-    if (name == "separate_launches") {
-      variants |= kSeparateLaunches;
-    } else if (name == "wide_rows") {
-      variants |= kWideRows;
-    } else if (!name.empty()) {
-      std::fprintf(stderr, "tf-fbn-ops: TF_FBN_OPS_GPU_VARIANTS: no variant \"%s\" "
-                   "(separate_launches, wide_rows); ignored\n", name.c_str());
-    }
-  }
-  return variants;
+  return wanted == nullptr ? 0 : GpuVariantsNamed(wanted);
 }
 
 std::atomic<unsigned>& VariantsInForce() {
@@ -673,6 +665,37 @@ std::atomic<unsigned>& VariantsInForce() {
 }
 
 }  // namespace
+
+unsigned GpuVariantsNamed(const char* wanted) {
+  unsigned variants = 0;
+  const std::string names = std::string(wanted) + ",";
+  for (size_t begin = 0, end; (end = names.find(',', begin)) != std::string::npos;
+       begin = end + 1) {
+    const std::string name = names.substr(begin, end - begin);
+    if (name.empty()) continue;
+    const NamedVariant* known = std::find_if(
+        std::begin(kNamedVariants), std::end(kNamedVariants),
+        [&](const NamedVariant& v) { return name == v.name; });
+    if (known != std::end(kNamedVariants)) {
+      variants |= known->variant;
+    } else {
+      std::fprintf(stderr, "tf-fbn-ops: TF_FBN_OPS_GPU_VARIANTS: no variant \"%s\" (%s); "
+                   "ignored\n", name.c_str(), GpuVariantNames());
+    }
+  }
+  return variants;
+}
+
+const char* GpuVariantNames() {
+  static const std::string names = [] {
+    std::string all;
+    for (const NamedVariant& v : kNamedVariants) {
+      all += (all.empty() ? "" : ",") + std::string(v.name);
+    }
+    return all;
+  }();
+  return names.c_str();
+}
 
 unsigned GpuVariants() { return VariantsInForce().load(std::memory_order_relaxed); }
 

@@ -42,6 +42,10 @@ enum GpuVariant : unsigned { kSeparateLaunches = 1u, kWideRows = 2u };
 // the first call, until SetGpuVariants (tests, benchmarks) replaces them.
 unsigned GpuVariants();
 void SetGpuVariants(unsigned variants);
+// The variants named in a comma-separated list (an unknown name is reported on stderr and
+// ignored), and every variant's name in that form, for benchmarks that time each.
+unsigned GpuVariantsNamed(const char* names);
+const char* GpuVariantNames();
 
 // The CUDA runtime version the kernels were compiled and linked with (CUDART_VERSION, 1000 *
 // major + 10 * minor). A driver runs them when it supports this major version or a newer one.
