@@ -63,19 +63,20 @@ FBN_INLINE void CallWithVectors(int count, int64_t column, int last, const Tile&
 }
 
 // Calls tile(column, last, vectors, whole) for the register tiles across `width` columns: whole
-// tiles of kTileVectors vectors, then one of the remaining vectors, the last of them `last`
-// lanes wide. `vectors` and `whole` come as compile-time constants.
-template <typename Tile>
+// tiles of kVectors vectors (kTileVectors unless a loop keeps more per vector in registers),
+// then one of the remaining vectors, the last of them `last` lanes wide. `vectors` and `whole`
+// come as compile-time constants.
+template <int kVectors = kTileVectors, typename Tile>
 FBN_INLINE void ForEachTile(int64_t width, const Tile& tile) {
-  constexpr int64_t kTileWidth = kTileVectors * kLanes;
+  constexpr int64_t kTileWidth = kVectors * kLanes;
   int64_t j = 0;
   for (; j + kTileWidth <= width; j += kTileWidth) {
-    tile(j, kLanes, std::integral_constant<int, kTileVectors>{}, std::true_type{});
+    tile(j, kLanes, std::integral_constant<int, kVectors>{}, std::true_type{});
   }
   const int rest = static_cast<int>(width - j);
   if (rest == 0) return;
   const int vectors = (rest + kLanes - 1) / kLanes;
-  CallWithVectors<kTileVectors>(vectors, j, rest - (vectors - 1) * kLanes, tile);
+  CallWithVectors<kVectors>(vectors, j, rest - (vectors - 1) * kLanes, tile);
 }
 
 // One tile's means and, in inference, x_backprop factors, in registers.
@@ -308,25 +309,15 @@ constexpr int kWideDxVectors = 4;
 constexpr int kWideDxVectors = 0;
 #endif
 
-// RowOrder::kByGroups for rows wider than one register tile: kFastGroup rows at a time across
-// tiles of kWideDxVectors vectors, the last one narrower.
-template <typename T, Dx kDx>
+// kFastGroup rows at a time across register tiles of kVectors vectors.
+template <int kVectors, typename T, Dx kDx>
 void TrainingDxRowsByGroups(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                             int64_t width, const DxCoefficients<float>& k) {
-  constexpr int64_t kStep = kWideDxVectors * kLanes;
   for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup) {
     const int64_t n = std::min(kFastGroup, rows - r0);
-    int64_t j = 0;
-    for (; j + kStep <= width; j += kStep) {
-      TrainingDxTile<T, kWideDxVectors, true, kDx>(dy, x, dx, r0 * stride + j, stride, n, k, j,
-                                                   kLanes);
-    }
-    if (j == width) continue;
-    const int vectors = static_cast<int>((width - j + kLanes - 1) / kLanes);
-    const int last = static_cast<int>(width - j) - (vectors - 1) * kLanes;
-    CallWithVectors<kWideDxVectors>(vectors, j, last, [&](int64_t, int, auto count, auto) {
-      TrainingDxTile<T, decltype(count)::value, false, kDx>(dy, x, dx, r0 * stride + j, stride,
-                                                            n, k, j, last);
+    ForEachTile<kVectors>(width, [&](int64_t j, int last, auto vectors, auto whole) {
+      TrainingDxTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
+          dy, x, dx, r0 * stride + j, stride, n, k, j, last);
     });
   }
 }
@@ -335,18 +326,11 @@ template <typename T, Dx kDx>
 void TrainingDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                         int64_t width, const DxCoefficients<float>& k, RowOrder order) {
   if (width <= kTileVectors * kLanes) {  // one tile: its coefficients stay in registers
-    for (int64_t r0 = 0; r0 < rows; r0 += kFastGroup) {
-      const int64_t n = std::min(kFastGroup, rows - r0);
-      ForEachTile(width, [&](int64_t j, int last, auto vectors, auto whole) {
-        TrainingDxTile<T, decltype(vectors)::value, decltype(whole)::value, kDx>(
-            dy, x, dx, r0 * stride + j, stride, n, k, j, last);
-      });
-    }
-    return;
+    return TrainingDxRowsByGroups<kTileVectors, T, kDx>(dy, x, dx, stride, rows, width, k);
   }
-  if constexpr (kWideDxVectors > 0) {
+  if constexpr (kWideDxVectors > 0) {  // wider rows by groups of narrower tiles
     if (order == RowOrder::kByGroups) {
-      return TrainingDxRowsByGroups<T, kDx>(dy, x, dx, stride, rows, width, k);
+      return TrainingDxRowsByGroups<kWideDxVectors, T, kDx>(dy, x, dx, stride, rows, width, k);
     }
   }
   // In order (see SumRowsImpl), the coefficients from the cache.

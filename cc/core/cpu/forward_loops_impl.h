@@ -150,19 +150,10 @@ FBN_INLINE void NormalizeTile(const T* x, T* y, int64_t stride, int64_t r0, int6
 template <typename T, bool kStream>
 void NormalizeRowsByGroups(const T* x, T* y, int64_t stride, int64_t rows, int64_t width,
                            const NormalizeColumns& k) {
-  constexpr int64_t kStep = kNormalizeVectors * kLanes;
   for (int64_t r0 = 0; r0 < rows; r0 += kNormalizeGroup) {
     const int64_t r1 = std::min(rows, r0 + kNormalizeGroup);
-    int64_t j = 0;
-    for (; j + kStep <= width; j += kStep) {
-      NormalizeTile<T, kNormalizeVectors, kStream>(x, y, stride, r0, r1, j, kLanes, k);
-    }
-    if (j == width) continue;
-    // The last columns as one tile of fewer vectors, the last of them `last` lanes wide.
-    const int vectors = static_cast<int>((width - j + kLanes - 1) / kLanes);
-    const int last = static_cast<int>(width - j) - (vectors - 1) * kLanes;
-    CallWithVectors<kNormalizeVectors>(vectors, j, last, [&](int64_t, int, auto count, auto) {
-      NormalizeTile<T, decltype(count)::value, kStream>(x, y, stride, r0, r1, j, last, k);
+    ForEachTile<kNormalizeVectors>(width, [&](int64_t j, int last, auto vectors, auto) {
+      NormalizeTile<T, decltype(vectors)::value, kStream>(x, y, stride, r0, r1, j, last, k);
     });
   }
 }
