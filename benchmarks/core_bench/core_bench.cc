@@ -30,6 +30,7 @@
 #include "cc/core/cpu/streaming_stores.h"
 #include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/cpu/forward_loops.h"
+#include "cc/tests/cache_line_vector.h"
 
 extern "C" float fbn_stream_dot(const float* x, const float* dy, int64_t begin, int64_t end);
 extern "C" void fbn_stream_axpby(const float* x, const float* dy, float* dx, int64_t begin,
@@ -39,23 +40,7 @@ namespace fbn {
 namespace bench {
 namespace {
 
-// Tensors as TensorFlow allocates them: 64-byte aligned. (A plain std::vector of megabytes
-// starts 16 bytes into a page, so every vector load straddles two cache lines and the loops
-// measure slower than they run under TensorFlow.)
-template <typename T>
-struct CacheLineAllocator {
-  using value_type = T;
-  CacheLineAllocator() = default;
-  template <typename U>
-  CacheLineAllocator(const CacheLineAllocator<U>&) {}
-  T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{64}));
-  }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{64}); }
-  bool operator==(const CacheLineAllocator&) const { return true; }
-  bool operator!=(const CacheLineAllocator&) const { return false; }
-};
-using Floats = std::vector<float, CacheLineAllocator<float>>;
+using Floats = CacheLineVector<float>;  // tensors as TensorFlow allocates them
 
 double NowUs() {
   return std::chrono::duration<double, std::micro>(
@@ -321,6 +306,50 @@ void TimeLoops(const Options& o) {
               windows(n, [&](int64_t at, int64_t rows) {
                 L.training_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows,
                                    width, coefficients, false, order);
+              });
+            });
+          });
+    }
+  }
+  // The exact family's rows loops (channels of fewer than kFastPathRest elements) on windows of
+  // 128 rows, as bn_grad_cpu.cc cuts wide rows into blocks.
+  std::vector<double> exact_k(4 * max_columns, 0.5), exact_sums(4 * max_columns);
+  const ExactColumns exact_columns{exact_sums.data(), exact_sums.data() + max_columns,
+                                   exact_sums.data() + 2 * max_columns,
+                                   exact_sums.data() + 3 * max_columns};
+  const DxCoefficients<double> exact_coefficients{exact_k.data(), exact_k.data() + max_columns,
+                                                  exact_k.data() + 2 * max_columns,
+                                                  exact_k.data() + 3 * max_columns};
+  for (int64_t width : {256, 1024, 2048}) {
+    const std::string w = " width " + std::to_string(width);
+    auto windows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+      const int64_t rows = n / width;
+      for (int64_t r = 0; r < rows; r += 128) fn(r * width, std::min<int64_t>(128, rows - r));
+    };
+    row("exact sums" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        windows(n, [&](int64_t at, int64_t rows) {
+          L.exact_bounded_sum_rows(dy.data() + at, x.data() + at, width, rows, width,
+                                   exact_k.data(), exact_columns);
+        });
+      });
+    });
+    row("exact inference" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        windows(n, [&](int64_t at, int64_t rows) {
+          L.exact_bounded_sum_rows_inference(dy.data() + at, x.data() + at, dx.data() + at,
+                                             width, rows, width, exact_k.data(), exact_k.data(),
+                                             exact_columns, false);
+        });
+      });
+    });
+    for (RowOrder order : {RowOrder::kInOrder, RowOrder::kByGroups}) {
+      row((order == RowOrder::kInOrder ? "exact training dx" : "exact dx by groups") + w,
+          [&](int64_t n) {
+            return NsPerElement(n, [&] {
+              windows(n, [&](int64_t at, int64_t rows) {
+                L.exact_dx_rows(dy.data() + at, x.data() + at, dx.data() + at, width, rows,
+                                width, exact_coefficients, false, order);
               });
             });
           });

@@ -71,7 +71,7 @@ ForwardInputs<T> MakeForwardInputs(const ForwardCase& k, unsigned seed) {
 
 template <typename T>
 struct ForwardOutputs {
-  std::vector<T> y;
+  CacheLineVector<T> y;
   std::vector<float> batch_mean, batch_variance, saved_mean, saved_variance;
 
   explicit ForwardOutputs(const Shape& s)

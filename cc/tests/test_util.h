@@ -16,6 +16,7 @@
 #include "cc/core/bn_grad.h"
 #include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/float16_convert.h"
+#include "cc/tests/cache_line_vector.h"
 
 namespace fbn {
 namespace testing {
@@ -120,7 +121,7 @@ struct Inputs {
 // Host buffers for the three outputs.
 template <typename T>
 struct Outputs {
-  std::vector<T> dx;
+  CacheLineVector<T> dx;
   std::vector<float> dscale, doffset;
   explicit Outputs(const Shape& s) : dx(s.elements()), dscale(s.channels), doffset(s.channels) {}
 
@@ -141,7 +142,7 @@ struct Outputs {
   // In place, as the op runs when TensorFlow lets x_backprop take over y_backprop's buffer:
   // dx starts as a copy of dy and is both.
   Tensors<T> BindInPlace(const Inputs<T>& in) {
-    dx = in.dy;
+    dx.assign(in.dy.begin(), in.dy.end());
     return Bind(dx.data(), in.x.data(), in);
   }
   bool BitEqual(const Outputs& o) const {
@@ -155,8 +156,9 @@ struct Outputs {
 // one output. Non-finite elements must match exactly: a NaN where the reference has none (or
 // none where it has one), or an infinity that differs, gives +infinity, which fails every
 // tolerance. (std::max ignores a NaN operand, so an all-NaN output would otherwise measure 0.)
-template <typename V>
-double NormwiseError(const std::vector<V>& got, const std::vector<V>& want) {
+template <typename V, typename GotAllocator, typename WantAllocator>
+double NormwiseError(const std::vector<V, GotAllocator>& got,
+                     const std::vector<V, WantAllocator>& want) {
   double err = 0.0;
   double mag = 0.0;
   for (size_t i = 0; i < got.size(); ++i) {

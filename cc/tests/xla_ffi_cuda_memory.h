@@ -37,7 +37,8 @@ class DeviceArray {
 
   V* get() const { return data_; }
   bool In(const V* host) { return Copy(data_, host, cudaMemcpyHostToDevice); }
-  bool Out(std::vector<V>* host) const {
+  template <typename Allocator>
+  bool Out(std::vector<V, Allocator>* host) const {
     host->resize(count_);
     return Copy(host->data(), data_, cudaMemcpyDeviceToHost);
   }

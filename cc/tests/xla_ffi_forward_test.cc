@@ -41,7 +41,7 @@ void CheckCase(const FfiShape& s, const ForwardCase& k, unsigned seed, Pools* po
     Garbage(&got);
     ForwardTensors<T> t = got.Bind(in);
     if (v.in_place) {
-      got.y = in.x;
+      got.y.assign(in.x.begin(), in.x.end());
       t.x = t.y = got.y.data();
     }
     CallFrame frame(&ctx);

@@ -69,8 +69,8 @@ inline XLA_FFI_DataType FfiType<BFloat16>() { return XLA_FFI_DataType_BF16; }
 
 // Bitwise equality and byte fills that also take empty vectors (whose data() may be null, which
 // memcmp and memset must not get).
-template <typename V>
-bool SameBytes(const std::vector<V>& a, const std::vector<V>& b) {
+template <typename V, typename AllocatorA, typename AllocatorB>
+bool SameBytes(const std::vector<V, AllocatorA>& a, const std::vector<V, AllocatorB>& b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(V)) == 0);
 }
@@ -88,8 +88,8 @@ bool AllFinite(const Outputs<T>& out) {
          std::all_of(out.dscale.begin(), out.dscale.end(), finite) &&
          std::all_of(out.doffset.begin(), out.doffset.end(), finite);
 }
-template <typename V>
-void FillBytes(std::vector<V>* v, unsigned char byte) {
+template <typename V, typename Allocator>
+void FillBytes(std::vector<V, Allocator>* v, unsigned char byte) {
   if (!v->empty()) std::memset(v->data(), byte, v->size() * sizeof(V));
 }
 

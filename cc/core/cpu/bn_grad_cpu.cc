@@ -610,7 +610,7 @@ void RunExactRows(const Call<T, double>& call) {
   auto dx = [&](int64_t b) {
     const int64_t r0 = blocks.begin(b);
     call.loops.exact_dx_rows(t.y_backprop + r0 * C, t.x + r0 * C, t.x_backprop + r0 * C, C,
-                             blocks.end(b) - r0, C, k);
+                             blocks.end(b) - r0, C, k, call.stream_dx, call.dx_order);
   };
   const bool dx_as_it_sums = !call.training && t.x_backprop != t.y_backprop;
   auto sums = [&](int64_t b) {
@@ -623,7 +623,7 @@ void RunExactRows(const Call<T, double>& call) {
     } else {
       call.loops.exact_bounded_sum_rows_inference(t.y_backprop + r0 * C, t.x + r0 * C,
                                                   t.x_backprop + r0 * C, C, rows, C, call.mean,
-                                                  call.scale_inv_std, columns);
+                                                  call.scale_inv_std, columns, call.stream_dx);
     }
   };
   // Compensated sums of columns [c0, c0 + n) of every block, the blocks combined per channel in

@@ -156,18 +156,19 @@ struct CpuLoops {
   void (*exact_bounded_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows,
                                  int64_t width, const double* mean, const ExactColumns& sums);
   // The same, and inference's x_backprop of the window: dx = dy · scale_inv_std, in double,
-  // rounded once.
+  // rounded once (streamed as above).
   void (*exact_bounded_sum_rows_inference)(const T* dy, const T* x, T* dx, int64_t stride,
                                            int64_t rows, int64_t width, const double* mean,
                                            const double* scale_inv_std,
-                                           const ExactColumns& sums);
+                                           const ExactColumns& sums, bool stream_dx);
   void (*exact_bounded_sum_runs)(const T* dy, const T* x, const double* mean, int64_t length,
                                  int64_t channels, int64_t count, int64_t stride,
                                  BoundedSum* sum_dy, BoundedSum* sum_dy_xc);
-  // x_backprop; inference where k.dy_mean is null. The runs as exact_sum_runs's, coefficients
-  // per channel.
+  // x_backprop, in double, rounded once; inference where k.dy_mean is null. Rows streamed as
+  // above, in `order`; the runs as exact_sum_runs's, coefficients per channel.
   void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
-                        int64_t width, const DxCoefficients<double>& k);
+                        int64_t width, const DxCoefficients<double>& k, bool stream_dx,
+                        RowOrder order);
   void (*exact_dx_runs)(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                         int64_t count, int64_t stride, const DxCoefficients<double>& k);
 };

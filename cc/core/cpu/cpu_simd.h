@@ -478,6 +478,45 @@ FBN_INLINE double ReduceLanes(const Doubles& d) {
   return q[0] + q[1];
 }
 
+// The first n doubles at p, the other lanes zero (a partial vector at the end of an array).
+FBN_INLINE Doubles LoadDoublesUpTo(const double* p, int n) {
+  if (n == kLanes) return LoadDoubles(p);
+  double staged[kLanes] = {};
+  for (int l = 0; l < n; ++l) staged[l] = p[l];
+  return LoadDoubles(staged);
+}
+
+// The first n elements at p as doubles (exactly), the other lanes zero.
+template <typename T>
+FBN_INLINE Doubles LoadWidened(const T* p, int n) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (n == kLanes) return LoadAsDoubles(p);
+  }
+  return ToDoubles(LoadUpTo(p, n));
+}
+
+// The first n lanes of v rounded once to T and stored, with non-temporal stores if `stream`.
+// 16-bit types go through float rounded to odd (float16_convert.h), so the second rounding
+// gives the nearest T to the double.
+template <typename T>
+FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
+  Floats f;
+  if constexpr (std::is_same_v<T, float>) {
+    f = ToFloats(v);
+  } else {
+    double lanes[kLanes];
+    float odd[kLanes];
+    StoreDoubles(lanes, v);
+    for (int l = 0; l < kLanes; ++l) odd[l] = DoubleToFloatRoundToOdd(lanes[l]);
+    f = Load(odd);
+  }
+  if (stream) {
+    StoreStreaming(p, f, n);
+  } else {
+    StoreUpTo(p, f, n);
+  }
+}
+
 // acc[0..n) += the first n lanes of d.
 FBN_INLINE void AddDoublesTo(double* acc, const Doubles& d, int n = kLanes) {
   if (n == kLanes) return StoreDoubles(acc, LoadDoubles(acc) + d);

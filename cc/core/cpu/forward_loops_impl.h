@@ -18,32 +18,6 @@ FBN_INLINE void StoreDoublesUpTo(double* p, const Doubles& d, int n) {
   for (int l = 0; l < n; ++l) p[l] = d.part[l / kDoublePartLanes][l % kDoublePartLanes];
 }
 
-template <typename T>
-FBN_INLINE Doubles LoadWidened(const T* p, int n) {
-  return ToDoubles(LoadUpTo(p, n));
-}
-
-// The first n lanes of v rounded once to T and stored. 16-bit types go through float rounded
-// to odd (float16_convert.h), so the second rounding gives the nearest T to the double.
-template <typename T>
-FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
-  Floats f;
-  if constexpr (std::is_same_v<T, float>) {
-    f = ToFloats(v);
-  } else {
-    double lanes[kLanes];
-    float odd[kLanes];
-    StoreDoubles(lanes, v);
-    for (int l = 0; l < kLanes; ++l) odd[l] = DoubleToFloatRoundToOdd(lanes[l]);
-    f = Load(odd);
-  }
-  if (stream) {
-    StoreStreaming(p, f, n);
-  } else {
-    StoreUpTo(p, f, n);
-  }
-}
-
 // Column vectors whose moments MomentsRows takes side by side: independent add chains (one
 // vector alone waits on its sum's latency at every row) and each row read a few cache lines at
 // a time (one line per row is a stride the prefetchers follow badly). A column's sums go down
