@@ -158,6 +158,7 @@ void TestIsaCopiesAgree() {
       {4, 8, 4096, false},     // runs, fused groups, whole lines (streamed if asked)
       {7, 45, 9, true},        // exact rows
       {9, 80, 100, true},      // exact rows, blocks, whole lines (streamed if asked)
+      {2, 2048, 64, true},     // exact rows in strips (training), whole lines
       {3, 20, 21, false},      // exact runs
   };
   const uint32_t specials[] = {0x7fc12345u, 0xffa00001u, 0x7f800000u, 0x00000001u, 0x33800000u,

@@ -15,7 +15,8 @@
 // Memory traffic is what limits these kernels, so the schedules are about bytes:
 //   - A unit that holds all of its channels' elements and whose x and dy fit in the L2 cache
 //     (kFusedUnitBytes) sums them and writes their x_backprop right away, so main memory sees
-//     x and dy once: every channels-first unit where the channels allow it.
+//     x and dy once: every channels-first unit where the channels allow it, and the exact
+//     family's channels-last training in strips of columns where there are enough of them.
 //   - Otherwise training makes two sweeps, sums then x_backprop; the second visits the units
 //     in reverse, starting with the data the first sweep touched last and left in the caches.
 //   - Inference needs no sums for x_backprop: one sweep computes both.
@@ -698,6 +699,74 @@ void RunExactRows(const Call<T, double>& call) {
   call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
+// Channels last in training, strips of whole columns: a unit holds every row of
+// ExactStripColumns(...) columns, whose dy and x fit in the L2 (kFusedUnitBytes), sums them,
+// finishes their channels and writes their x_backprop while they are there; the blocks schedule
+// reads both tensors from the L3 or memory twice. The sums' order is fixed by the shape: each
+// column's rows in order, one bounded sum (compensated where it does not stand). Used where
+// there are at least kMinExactStrips strips, else the blocks give the threads their units.
+constexpr int64_t kMaxExactStripColumns = 256;
+constexpr int64_t kMinExactStrips = 8;
+
+template <typename T>
+int64_t ExactStripColumns(const Shape& s) {
+  const int64_t row_bytes = 2 * s.rest() * static_cast<int64_t>(sizeof(T));  // dy and x
+  return std::clamp<int64_t>(kFusedUnitBytes / row_bytes / 16 * 16, 16, kMaxExactStripColumns);
+}
+
+template <typename T>
+bool ExactStripsFit(const Call<T, double>& call) {
+  return call.training && call.s.channels >= kMinExactStrips * ExactStripColumns<T>(call.s);
+}
+
+template <typename T>
+void RunExactStrips(const Call<T, double>& call) {
+  const Tensors<T>& t = call.t;
+  const int64_t C = call.s.channels, R = call.s.rest();
+  const Pieces strips = Groups(C, ExactStripColumns<T>(call.s));
+  if (!call.Sums()) call.FinishFromGlobalSums();
+  call.RunUnits(strips.count, strips.size * R, [&](int64_t u) {
+    const int64_t c0 = strips.begin(u), n = strips.end(u) - c0;
+    if (call.Sums()) {
+      double sums[4 * kMaxExactStripColumns] = {};
+      const ExactColumns columns{sums, sums + kMaxExactStripColumns,
+                                 sums + 2 * kMaxExactStripColumns,
+                                 sums + 3 * kMaxExactStripColumns};
+      call.loops.exact_bounded_sum_rows(t.y_backprop + c0, t.x + c0, C, R, n, call.mean + c0,
+                                        columns);
+      for (int64_t v = 0; v < n; v += 16) {  // vectors of 16 columns
+        const int64_t w = std::min<int64_t>(16, n - v);
+        bool stand = true;
+        for (int64_t c = v; c < v + w; ++c) {
+          stand = stand && BoundedSumStands({columns.dy[c], columns.dy_aux[c]}, R) &&
+                  BoundedSumStands({columns.dy_xc[c], columns.dy_xc_aux[c]}, R);
+        }
+        if (!stand) {  // the vector again, compensated, in the same order
+          double again[4 * 16] = {};
+          const ExactColumns exact{again, again + 16, again + 32, again + 48};
+          call.loops.exact_sum_rows(t.y_backprop + c0 + v, t.x + c0 + v, C, R, w,
+                                    call.mean + c0 + v, exact);
+          for (int64_t c = 0; c < w; ++c) {
+            CompensatedSum dy, dy_xc;
+            dy.Add(exact.dy[c]);
+            dy.error += exact.dy_aux[c];
+            dy_xc.Add(exact.dy_xc[c]);
+            dy_xc.error += exact.dy_xc_aux[c];
+            columns.dy[v + c] = dy.Value();
+            columns.dy_xc[v + c] = dy_xc.Value();
+          }
+        }
+      }
+      for (int64_t c = 0; c < n; ++c) call.Finish(c0 + c, columns.dy[c], columns.dy_xc[c]);
+    }
+    if (!call.TrainingDx()) return;
+    const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0, call.dy_mean + c0,
+                                   call.xc_coef + c0};
+    call.loops.exact_dx_rows(t.y_backprop + c0, t.x + c0, t.x_backprop + c0, C, R, n, k,
+                             call.stream_dx, call.dx_order);
+  });
+}
+
 // Channels first: groups of whole channels, kExactRunChannels at a time read image by image.
 template <typename T>
 void RunExactRuns(const Call<T, double>& call) {
@@ -769,7 +838,8 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
   }
   if (s.rest() < kFastPathRest) {
     const Call<T, double> call(params, t, parallel_for, loops, rules);
-    return s.channels_last ? RunExactRows(call) : RunExactRuns(call);
+    if (!s.channels_last) return RunExactRuns(call);
+    return ExactStripsFit(call) ? RunExactStrips(call) : RunExactRows(call);
   }
   const Call<T, float> call(params, t, parallel_for, loops, rules);
   if (s.channels_last) return RunRows(call);
