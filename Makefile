@@ -53,7 +53,7 @@ GRAPH_API_TEST := build/graph_api_test
 GRAPH_API_FORWARD_TEST := build/graph_api_forward_test
 GRAPH_API_EXAMPLE := build/graph_api_example
 
-.PHONY: demo test lib core-test core-bench gpu-test gpu-code-check gpu-test-large gpu-bench gpu-emu-test \
+.PHONY: demo test lib core-test core-bench gpu-test gpu-code-check gpu-sass-report gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
         sanitize fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
@@ -202,6 +202,13 @@ gpu-test: $(GPU_TEST)
 gpu-code-check:
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	python3 tools/gpu_code_check.py "$(NVCC)" "$(GPU_ARCHS)" $(CORE_CUDA_SOURCES)
+
+## the CUDA kernels' machine code for one architecture (SASS_ARCH, default 90): global loads
+## and stores per kernel (nvcc; NVIDIA's cuobjdump and nvdisasm, from PyPI if not on PATH)
+SASS_ARCH ?= 90
+gpu-sass-report: $(DEPS)
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	$(PY) tools/gpu_sass_report.py "$(NVCC)" "$(SASS_ARCH)" $(CORE_CUDA_SOURCES)
 
 ## gpu-test with float16 tensors of more than 2^31 elements (~13 GB of GPU memory)
 gpu-test-large: $(GPU_TEST)
