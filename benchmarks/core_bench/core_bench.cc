@@ -320,6 +320,8 @@ void TimeLoops(const Options& o) {
   const DxCoefficients<double> exact_coefficients{exact_k.data(), exact_k.data() + max_columns,
                                                   exact_k.data() + 2 * max_columns,
                                                   exact_k.data() + 3 * max_columns};
+  const CpuLoops<Half>& half_loops = LoopsFor<Half>(o.isa);
+  CacheLineVector<Half> half_dy(sizes[3], Half{0x2e66}), half_x(sizes[3], Half{0x3266});  // 0.1, 0.2
   for (int64_t width : {256, 1024, 2048}) {
     const std::string w = " width " + std::to_string(width);
     auto windows = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
@@ -331,6 +333,15 @@ void TimeLoops(const Options& o) {
         windows(n, [&](int64_t at, int64_t rows) {
           L.exact_bounded_sum_rows(dy.data() + at, x.data() + at, width, rows, width,
                                    exact_k.data(), exact_columns);
+        });
+      });
+    });
+    // 16-bit tensors widen each vector in parts where a pass holds one part (kExactPassParts).
+    row("exact sums half" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        windows(n, [&](int64_t at, int64_t rows) {
+          half_loops.exact_bounded_sum_rows(half_dy.data() + at, half_x.data() + at, width, rows,
+                                            width, exact_k.data(), exact_columns);
         });
       });
     });

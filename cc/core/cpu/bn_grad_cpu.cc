@@ -628,7 +628,7 @@ void RunExactRows(const Call<T, double>& call) {
     }
   };
   // Compensated sums of columns [c0, c0 + n) of every block, the blocks combined per channel in
-  // block order (CompensatedSum::Add, then the block's error term), into totals[n] pairs.
+  // block order (CompensatedSum::AddPart), into totals[n] pairs.
   auto compensated = [&](int64_t c0, int64_t n, double* scratch, CompensatedSum* totals) {
     const int64_t w = RoundUp(n, 16);
     const ExactColumns columns{scratch, scratch + w, scratch + 2 * w, scratch + 3 * w};
@@ -638,10 +638,8 @@ void RunExactRows(const Call<T, double>& call) {
       call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
                                 blocks.end(b) - r0, n, call.mean + c0, columns);
       for (int64_t c = 0; c < n; ++c) {
-        totals[2 * c].Add(columns.dy[c]);
-        totals[2 * c].error += columns.dy_aux[c];
-        totals[2 * c + 1].Add(columns.dy_xc[c]);
-        totals[2 * c + 1].error += columns.dy_xc_aux[c];
+        totals[2 * c].AddPart(columns.dy[c], columns.dy_aux[c]);
+        totals[2 * c + 1].AddPart(columns.dy_xc[c], columns.dy_xc_aux[c]);
       }
     }
   };
@@ -748,10 +746,8 @@ void RunExactStrips(const Call<T, double>& call) {
                                     call.mean + c0 + v, exact);
           for (int64_t c = 0; c < w; ++c) {
             CompensatedSum dy, dy_xc;
-            dy.Add(exact.dy[c]);
-            dy.error += exact.dy_aux[c];
-            dy_xc.Add(exact.dy_xc[c]);
-            dy_xc.error += exact.dy_xc_aux[c];
+            dy.AddPart(exact.dy[c], exact.dy_aux[c]);
+            dy_xc.AddPart(exact.dy_xc[c], exact.dy_xc_aux[c]);
             columns.dy[v + c] = dy.Value();
             columns.dy_xc[v + c] = dy_xc.Value();
           }

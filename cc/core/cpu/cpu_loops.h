@@ -54,6 +54,11 @@ struct CompensatedSum {
   double sum = 0.0;
   double error = 0.0;
   void Add(double v);
+  // A part's compensated sum (its sum and error term), as parts combine in a fixed order.
+  void AddPart(double part_sum, double part_error) {
+    Add(part_sum);
+    error += part_error;
+  }
   double Value() const { return sum + error; }
 };
 

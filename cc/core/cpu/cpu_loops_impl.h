@@ -700,20 +700,8 @@ constexpr bool kExactDxAsItSums = kExactPassParts == kDoubleParts;
 // Part `part` of the 16 elements at p as doubles (the first n of the 16 exist).
 template <typename T, bool kWhole>
 FBN_INLINE DoublePart LoadPartAsDoubles(const T* p, int part, int n) {
-#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2) || defined(__SSE2__)
-  if constexpr (kWhole && std::is_same_v<T, float>) {  // converted from memory
-    const float* q = p + part * kDoublePartLanes;
-#if defined(FBN_SIMD_AVX512)
-    return reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm256_loadu_ps(q)));
-#elif defined(FBN_SIMD_AVX2)
-    return reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm_loadu_ps(q)));
-#else
-    return reinterpret_cast<DoublePart>(
-        _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)))));
-#endif
-  }
-#endif
-  return LoadWidened(p, kWhole ? kLanes : n).part[part];
+  if constexpr (kWhole) return LoadPartAsDoubles(p + part * kDoublePartLanes);
+  return LoadWidened(p, n).part[part];
 }
 
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of

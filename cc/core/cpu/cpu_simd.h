@@ -397,20 +397,60 @@ FBN_INLINE Doubles ToDoubles(const Floats& v) {
   return d;
 }
 
-// The 16 floats at p as doubles (exactly), converted from memory: no shuffle of a loaded
-// register, which costs the conversion's port a second micro-op per half on AVX-512.
+// The kDoublePartLanes elements at p as doubles (exactly): one double register's worth,
+// converted alone. Loops that hold one part of a vector per pass use it, so that each element
+// is converted once, not with the whole vector in every pass (for 16-bit types on the portable
+// copy that was eight scalar conversions an element instead of one).
+FBN_INLINE DoublePart LoadPartAsDoubles(const float* p) {
+#if defined(FBN_SIMD_AVX512)
+  return reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
+#elif defined(FBN_SIMD_AVX2)
+  return reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm_loadu_ps(p)));
+#elif defined(__SSE2__)
+  return reinterpret_cast<DoublePart>(
+      _mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#else
+  DoublePart d;
+  for (int l = 0; l < kDoublePartLanes; ++l) d[l] = static_cast<double>(p[l]);
+  return d;
+#endif
+}
+
+FBN_INLINE DoublePart LoadPartAsDoubles(const Half* p) {
+#if defined(FBN_SIMD_AVX512)
+  return reinterpret_cast<DoublePart>(
+      _mm512_cvtps_pd(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
+#elif defined(FBN_SIMD_AVX2)
+  return reinterpret_cast<DoublePart>(
+      _mm256_cvtps_pd(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
+#else
+  DoublePart d;
+  for (int l = 0; l < kDoublePartLanes; ++l) d[l] = static_cast<double>(ToFloat(p[l]));
+  return d;
+#endif
+}
+
+FBN_INLINE DoublePart LoadPartAsDoubles(const BFloat16* p) {
+#if defined(FBN_SIMD_AVX512)
+  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return reinterpret_cast<DoublePart>(
+      _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16))));
+#elif defined(FBN_SIMD_AVX2)
+  const __m128i bits = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return reinterpret_cast<DoublePart>(
+      _mm256_cvtps_pd(_mm_castsi128_ps(_mm_slli_epi32(_mm_cvtepu16_epi32(bits), 16))));
+#else
+  DoublePart d;
+  for (int l = 0; l < kDoublePartLanes; ++l) d[l] = static_cast<double>(ToFloat(p[l]));
+  return d;
+#endif
+}
+
+// The 16 floats at p as doubles (exactly), converted from memory part by part: no shuffle of
+// a loaded register, which costs the conversion's port a second micro-op per half on AVX-512.
 FBN_INLINE Doubles LoadAsDoubles(const float* p) {
   Doubles d;
-#if defined(FBN_SIMD_AVX512)
-  d.part[0] = reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm256_loadu_ps(p)));
-  d.part[1] = reinterpret_cast<DoublePart>(_mm512_cvtps_pd(_mm256_loadu_ps(p + 8)));
-#elif defined(FBN_SIMD_AVX2)
-  for (int i = 0; i < kDoubleParts; ++i) {
-    d.part[i] = reinterpret_cast<DoublePart>(_mm256_cvtps_pd(_mm_loadu_ps(p + 4 * i)));
-  }
-#else
-  d = ToDoubles(Load(p));
-#endif
+  for (int i = 0; i < kDoubleParts; ++i) d.part[i] = LoadPartAsDoubles(p + i * kDoublePartLanes);
   return d;
 }
 
