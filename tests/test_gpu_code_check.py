@@ -13,6 +13,8 @@ import gpu_code_check  # noqa: E402
 APPLY_HALF_4 = "_ZN3fbn47_GLOBAL__N__x17ApplyChannelsLastINS_4HalfELi4EEEvNS0_4ArgsIT_EEi"
 SUM_FLOAT_4 = "_ZN3fbn47_GLOBAL__N__x15SumChannelsLastIfLi4ELb1EEEvNS0_4ArgsIT_EEi"
 APPLY_FLOAT_1 = "_ZN3fbn47_GLOBAL__N__x17ApplyChannelsLastIfLi1EEEvNS0_4ArgsIT_EEi"
+NORMALIZE_HALF_8 = "_ZN3fbn47_GLOBAL__N__x19NormalizeINS_4HalfELi8EEEvNS0_11ForwardArgsIT_EEl"
+NORMALIZE_FLOAT_1 = "_ZN3fbn47_GLOBAL__N__x19NormalizeIfLi1EEEvNS0_11ForwardArgsIT_EEl"
 
 
 def test_vector_accesses_pass():
@@ -47,6 +49,17 @@ def test_a_scalar_16_bit_load_fails_and_so_does_no_vector_load():
 def test_element_by_element_kernels_are_not_held_to_vectors():
     body = "\tld.global.f32 \t%f1, [%rd1];\n\tst.global.f32 \t[%rd2], %f1;\n"
     assert gpu_code_check.sweep_problems(APPLY_FLOAT_1, body) == []
+
+
+def test_the_forward_normalize_is_held_to_vectors_where_vectorized():
+    body = """
+	ld.global.v4.u32 	{%r1, %r2, %r3, %r4}, [%rd1];
+	ld.global.f64 	%fd1, [%rd2];
+	st.global.u16 	[%rd3], %rs1;
+"""
+    assert gpu_code_check.sweep_problems(NORMALIZE_HALF_8, body) == [
+        "a 16-bit scalar store (st.global.u16)"]
+    assert gpu_code_check.sweep_problems(NORMALIZE_FLOAT_1, body) == []
 
 
 def test_ptxas_report_and_kernel_names():

@@ -4,9 +4,10 @@ Compiles each CUDA source of the core for every architecture of the build (nvcc 
 `-Xptxas -v`, keeping the PTX), prints each kernel's registers and spills per architecture, and
 fails where:
   - any kernel spills registers to local memory (on any architecture);
-  - a vectorized sweep of the gradient (Sum*/Apply*, vector width V > 1) stores anything
-    narrower than 8 bytes other than as one vector instruction: these kernels store only
-    x_backprop vectors and double partials, so a 4- or 2-byte store is a vector split up;
+  - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Normalize; vector width
+    V > 1) stores anything narrower than 8 bytes other than as one vector instruction: these
+    kernels store only x_backprop or y vectors and double partials, so a 4- or 2-byte store is
+    a vector split up;
   - such a sweep of a 16-bit type loads a 16-bit scalar (its per-channel inputs are float and
     double), or loads no vector at all.
 The load and store widths are read from the PTX, where nvcc decides them (ptxas keeps a PTX
@@ -36,7 +37,8 @@ PTXAS_USAGE = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z]+)*)\.(v[24]\.)?([a-z]+\d+)\b")
-SWEEP = re.compile(r"(Sum|Apply)Channels(Last|First)I(f|NS_4Half|NS_8BFloat16)E?Li(\d+)E")
+SWEEP = re.compile(r"(?:(?:Sum|Apply)Channels(?:Last|First)|Normalize)"
+                   r"I(?P<type>f|NS_4Half|NS_8BFloat16)E?Li(?P<width>\d+)E")
 
 Usage = collections.namedtuple("Usage", "registers stack spill_stores spill_loads")
 
@@ -84,11 +86,11 @@ def kernels_of(ptx: str):
 
 
 def sweep_problems(name: str, body: str) -> list[str]:
-    """What is wrong with one gradient sweep kernel's global accesses (see the module doc)."""
+    """What is wrong with one vectorized sweep kernel's global accesses (see the module doc)."""
     match = SWEEP.search(name)
-    if not match or int(match.group(4)) == 1:
+    if not match or int(match.group("width")) == 1:
         return []
-    sixteen_bit = match.group(3) != "f"
+    sixteen_bit = match.group("type") != "f"
     problems = []
     vector_loads = 0
     for kind, _, vector, type_ in ACCESS.findall(body):

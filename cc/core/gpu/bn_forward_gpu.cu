@@ -7,7 +7,8 @@
 //      mostly from L2), each block-wide in a fixed order (gpu_lane_sum.cuh);
 //   2. Finish:  per channel, the parts combined in part order (bn_forward.h's CombineMoments,
 //      the CPU kernels' function), the four statistics outputs and y's coefficients;
-//   3. Normalize: y = (x − mean) · scale_inv_std + offset in double, rounded once to T.
+//   3. Normalize: y = (x − mean) · scale_inv_std + offset in double, rounded once to T, in
+//      16-byte vectors where the layout and the pointers allow.
 // Inference runs Finish and Normalize. The cut into parts depends on the shape only and nothing
 // is added atomically, so two calls give the same bits. The statistics are the CPU kernels' in
 // method (double, per-part means, one combination rule), not in summation order: CPU and GPU
@@ -131,18 +132,41 @@ __global__ void __launch_bounds__(kThreads) Finish(ForwardArgs<T> a) {
   a.coefficients[2 * a.channels + c] = k.offset;
 }
 
-template <typename T>
+// Each thread kElementsPerThread elements, V at a time: V consecutive elements are V channels
+// of one row (channels last) or V elements of one plane (channels first).
+template <typename T, int V>
 __global__ void __launch_bounds__(kThreads) Normalize(ForwardArgs<T> a, int64_t elements) {
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kElementsPerThread;
   const double* mean = a.coefficients;
   const double* scale_inv_std = a.coefficients + a.channels;
   const double* offset = a.coefficients + 2 * a.channels;
-  for (int64_t k = 0; k < kElementsPerThread; ++k) {
-    const int64_t i = first + k * kThreads + threadIdx.x;
+  const bool channels_last = a.p.shape.channels_last;
+  for (int64_t k = 0; k < kElementsPerThread / V; ++k) {
+    const int64_t i = first + (k * kThreads + threadIdx.x) * V;
     if (i >= elements) return;
-    const int64_t c = a.p.shape.channels_last ? i % a.channels : (i / a.spatial) % a.channels;
-    a.t.y[i] = Round<T>((Load(a.t.x[i]) - mean[c]) * scale_inv_std[c] + offset[c]);
+    const int64_t c = channels_last ? i % a.channels : (i / a.spatial) % a.channels;
+    const Vec<T, V> x = LoadVec<T, V>(a.t.x + i);
+    Vec<T, V> y;
+    for (int l = 0; l < V; ++l) {
+      const int64_t cl = channels_last ? c + l : c;
+      y.v[l] = Round<T>((Load(x.v[l]) - mean[cl]) * scale_inv_std[cl] + offset[cl]);
+    }
+    StoreVec<T, V>(a.t.y + i, y);
   }
+}
+
+// y's vector width: 16 bytes where each vector lies in one row (channels last) or one plane
+// (channels first) and x and y are aligned to it; element by element otherwise.
+template <typename T>
+cudaError_t LaunchNormalize(const ForwardArgs<T>& a, const Shape& s, GpuStream stream) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t run = s.channels_last ? s.channels : s.spatial;
+  const bool vectors = run % V == 0 && Aligned(a.t.x, V * sizeof(T)) &&
+                       Aligned(a.t.y, V * sizeof(T));
+  const int64_t elements = s.elements();
+  const dim3 grid(CeilDiv(elements, kThreads * kElementsPerThread));
+  return vectors ? LaunchKernel(Normalize<T, V>, grid, dim3(kThreads), stream, a, elements)
+                 : LaunchKernel(Normalize<T, 1>, grid, dim3(kThreads), stream, a, elements);
 }
 
 }  // namespace
@@ -178,9 +202,7 @@ int BatchNormForwardGpu(const ForwardParams& params, const ForwardTensors<T>& t,
   }
   error = LaunchKernel(Finish<T>, dim3(CeilDiv(s.channels, kThreads)), dim3(kThreads), stream, a);
   if (error != cudaSuccess || empty) return error;
-  const int64_t elements = s.elements();
-  return LaunchKernel(Normalize<T>, dim3(CeilDiv(elements, kThreads * kElementsPerThread)),
-                      dim3(kThreads), stream, a, elements);
+  return LaunchNormalize(a, s, stream);
 }
 
 template int BatchNormForwardGpu<float>(const ForwardParams&, const ForwardTensors<float>&, void*,

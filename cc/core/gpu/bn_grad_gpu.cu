@@ -73,39 +73,6 @@ constexpr int kRowsUnroll = V == kWideRowsVector ? kUnroll / 2 : kUnroll;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// V consecutive elements, loaded and stored as one (up to 16-byte) access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-template <typename T, int V>
-__device__ __forceinline__ Vec<T, V> LoadVec(const T* p) {
-  return *reinterpret_cast<const Vec<T, V>*>(p);
-}
-// Elements 2i and 2i + 1 of a 16-bit vector as one 32-bit word (little-endian, as the GPU).
-template <typename T, int V>
-__device__ __forceinline__ unsigned PackedWord(const Vec<T, V>& v, int i) {
-  return v.v[2 * i].bits | static_cast<unsigned>(v.v[2 * i + 1].bits) << 16;
-}
-// One store instruction of the whole vector, through __stwb (a plain cached store) and CUDA's
-// vector types: assigned as a struct, nvcc split the float x_backprop stores into four 32-bit
-// stores and the 16-bit ones into 16-bit stores, and even a uint4 in every unrolled store but
-// the first (tools/gpu_code_check.py reads the PTX for it).
-template <typename T, int V>
-__device__ __forceinline__ void StoreVec(T* p, const Vec<T, V>& v) {
-  if constexpr (sizeof(T) == 4 && V == 4) {
-    __stwb(reinterpret_cast<float4*>(p), float4{v.v[0], v.v[1], v.v[2], v.v[3]});
-  } else if constexpr (sizeof(T) == 2 && V == 4) {
-    __stwb(reinterpret_cast<uint2*>(p), uint2{PackedWord(v, 0), PackedWord(v, 1)});
-  } else if constexpr (sizeof(T) == 2 && V == 8) {
-    __stwb(reinterpret_cast<uint4*>(p),
-           uint4{PackedWord(v, 0), PackedWord(v, 1), PackedWord(v, 2), PackedWord(v, 3)});
-  } else {
-    static_assert(V == 1, "a vector width with no single store");
-    *p = v.v[0];
-  }
-}
-
 // One thread's sums for V channels (or V lanes of one channel). A product of two widened
 // floats is exact in double, so each term carries no rounding error of its own.
 template <int V>
@@ -572,8 +539,6 @@ cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaSt
   }
   return error;
 }
-
-bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // The vector width for one layout when the channel groups' contiguous runs (`run` elements)
 // are whole vectors and every element buffer is aligned to one; element by element otherwise.
