@@ -49,6 +49,7 @@ CORE_FORWARD_TEST := build/core_forward_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
+GPU_BENCH_EMU := build/gpu_bench_emu
 GRAPH_API_TEST := build/graph_api_test
 GRAPH_API_FORWARD_TEST := build/graph_api_forward_test
 GRAPH_API_EXAMPLE := build/graph_api_example
@@ -223,17 +224,24 @@ $(GPU_EMU_TEST): $(ASAN_CUDA_EMU_OBJECTS) $(ASAN_REFERENCE_OBJECTS) $(CC_FILES)
 	$(CXX) $(ASAN_FLAGS) -x c++ cc/tests/gpu_core_test.cu -x none $(ASAN_CUDA_EMU_OBJECTS) \
 	    $(ASAN_REFERENCE_OBJECTS) -o $@
 
-## the CUDA source and its test on the host emulator under ASan+UBSan (no GPU, no nvcc)
-gpu-emu-test: $(GPU_EMU_TEST)
+# The GPU benchmark on the emulator: its calls and buffers checked by ASan on a small shape, so
+# that a GPU session's run does not fail on them (its times mean nothing here).
+$(GPU_BENCH_EMU): $(ASAN_CUDA_EMU_OBJECTS) $(CC_FILES) benchmarks/gpu_bench.cu
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -x c++ benchmarks/gpu_bench.cu -x none $(ASAN_CUDA_EMU_OBJECTS) -o $@
+
+## the CUDA core's test and its benchmark's calls on the host emulator, ASan+UBSan (no GPU/nvcc)
+gpu-emu-test: $(GPU_EMU_TEST) $(GPU_BENCH_EMU)
 	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
 	cc/tests/gpu_presence_test.sh ./$(GPU_EMU_TEST)
+	ASAN_OPTIONS=abort_on_error=1 FBN_BENCH_SHAPES=1x8x8x32 ./$(GPU_BENCH_EMU)
 
 $(GPU_BENCH): $(CC_FILES) benchmarks/gpu_bench.cu
 	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
 	mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CORE_CUDA_SOURCES) benchmarks/gpu_bench.cu -o $@
 
-## the CUDA core timed against a device copy (nvcc and a GPU)
+## the CUDA core's gradient and forward timed against a device copy (nvcc and a GPU)
 gpu-bench: $(GPU_BENCH)
 	./$(GPU_BENCH)
 

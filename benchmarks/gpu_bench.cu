@@ -1,13 +1,15 @@
-// GPU benchmark of the CUDA core: effective bandwidth of the gradient kernels, next to a
-// device-to-device copy of the same number of bytes measured in the same run, printed as a
-// ratio (the copy is the streaming limit). Shapes: the CPU benchmark's, plus tensors of 64 MiB
+// GPU benchmark of the CUDA core: effective bandwidth of the gradient kernels, then of the
+// forward's, each next to a device-to-device copy of the same number of bytes measured in the
+// same run, printed as a ratio (the copy is the streaming limit). Shapes: the CPU benchmark's, plus tensors of 64 MiB
 // and more, where the target is a ratio of at least 0.90. Needs only nvcc and a GPU; prints a
 // SKIP line and exits 0 where there is no GPU (1 when FBN_REQUIRE_GPU=1, as the GPU test);
 // exits 1 on any CUDA error, a driver too old for this runtime included. FBN_BENCH_SHAPES
 // (comma-separated names, e.g. 64x56x56x256) runs only those shapes, for profilers.
 //
-// Bytes moved per call: training reads x and dy twice and writes dx (5 tensor passes);
-// inference reads them once and writes dx (3 passes).
+// Bytes moved per call: the gradient's training reads x and dy twice and writes dx (5 tensor
+// passes), its inference reads them once and writes dx (3); the forward's training reads x
+// twice and writes y (3), its inference reads x and writes y (2). FBN_BENCH_OP=gradient or
+// forward runs one table only.
 //
 // The kernel plans other than the default (GpuVariant in bn_grad_gpu.h) are timed in the same
 // cell: `sep` and `wide` are the default's time over the separate_launches and wide_rows
@@ -21,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "cc/core/bn_forward.h"
 #include "cc/core/bn_grad.h"
+#include "cc/core/gpu/bn_forward_gpu.h"
 #include "cc/core/gpu/bn_grad_gpu.h"
 #include "cc/tests/gpu_presence.h"
 
@@ -94,23 +98,48 @@ void* DeviceAlloc(size_t bytes) {
   return p;
 }
 
-// Returns the ratio kernel GB/s / copy GB/s.
+// `count` elements of device memory, zeroed.
+template <typename T>
+T* DeviceZeros(size_t count) {
+  T* p = static_cast<T*>(DeviceAlloc(count * sizeof(T)));
+  Require(cudaMemset(p, 0, count * sizeof(T)), "cudaMemset");
+  return p;
+}
+
+// Median milliseconds of a device-to-device copy that reads and writes `moved` bytes in all.
+float CopyMs(size_t moved) {
+  char* src = DeviceZeros<char>(moved / 2);
+  char* dst = DeviceZeros<char>(moved / 2);
+  const float ms = MedianMs([&] {
+    Require(cudaMemcpyAsync(dst, src, moved / 2, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+  });
+  Require(cudaFree(src), "cudaFree");
+  Require(cudaFree(dst), "cudaFree");
+  return ms;
+}
+
+// Prints a cell's row (without its end of line) and returns kernel GB/s / copy GB/s.
+double Row(const char* type, const BenchShape& b, bool training, size_t x_bytes, size_t moved,
+           float kernel_ms) {
+  const double kernel_gbs = moved / (kernel_ms * 1e6);
+  const double copy_gbs = moved / (CopyMs(moved) * 1e6);
+  std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f", b.name,
+              b.shape.channels_last ? "NHWC" : "NCHW", training ? "train" : "infer", type,
+              x_bytes / 1e6, kernel_ms * 1e3, kernel_gbs, copy_gbs, kernel_gbs / copy_gbs);
+  return kernel_gbs / copy_gbs;
+}
+
+// The gradient; returns the ratio kernel GB/s / copy GB/s.
 template <typename T>
 double Bench(const char* type, const BenchShape& b, bool training) {
   const size_t n = static_cast<size_t>(b.shape.elements());
   const size_t c = static_cast<size_t>(b.shape.channels);
   const size_t moved = (training ? 5 : 3) * n * sizeof(T);
-  T* dy = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
-  T* x = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
-  T* dx = static_cast<T*>(DeviceAlloc(n * sizeof(T)));
-  float* per_channel = static_cast<float*>(DeviceAlloc(5 * c * sizeof(float)));
+  T* dy = DeviceZeros<T>(n);
+  T* x = DeviceZeros<T>(n);
+  T* dx = DeviceZeros<T>(n);
+  float* per_channel = DeviceZeros<float>(5 * c);
   void* scratch = DeviceAlloc(fbn::GpuScratchBytes(b.shape));
-  void* copy_src = DeviceAlloc(moved / 2);
-  void* copy_dst = DeviceAlloc(moved / 2);
-  Require(cudaMemset(dy, 0, n * sizeof(T)), "cudaMemset");
-  Require(cudaMemset(x, 0, n * sizeof(T)), "cudaMemset");
-  Require(cudaMemset(per_channel, 0, 5 * c * sizeof(float)), "cudaMemset");
-  Require(cudaMemset(copy_src, 0, moved / 2), "cudaMemset");
 
   fbn::Params p;
   p.shape = b.shape;
@@ -135,38 +164,60 @@ double Bench(const char* type, const BenchShape& b, bool training) {
   fbn::SetGpuVariants(fbn::kWideRows);
   const float wide_ms = MedianMs(call);
   fbn::SetGpuVariants(0);
-  // A copy of moved/2 bytes reads and writes `moved` bytes in all.
-  const float copy_ms = MedianMs([&] {
-    Require(cudaMemcpyAsync(copy_dst, copy_src, moved / 2, cudaMemcpyDeviceToDevice),
-            "cudaMemcpyAsync");
-  });
   Require(cudaDeviceSynchronize(), "kernels");
-  const double kernel_gbs = moved / (kernel_ms * 1e6);
-  const double copy_gbs = moved / (copy_ms * 1e6);
-  const double ratio = kernel_gbs / copy_gbs;
-  std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f %6.2f %6.2f\n", b.name,
-              b.shape.channels_last ? "NHWC" : "NCHW", training ? "train" : "infer", type,
-              n * sizeof(T) / 1e6, kernel_ms * 1e3, kernel_gbs, copy_gbs, ratio,
-              kernel_ms / separate_ms, kernel_ms / wide_ms);
+  const double ratio = Row(type, b, training, n * sizeof(T), moved, kernel_ms);
+  std::printf(" %6.2f %6.2f\n", kernel_ms / separate_ms, kernel_ms / wide_ms);
   for (void* ptr : {static_cast<void*>(dy), static_cast<void*>(x), static_cast<void*>(dx),
-                    static_cast<void*>(per_channel), scratch, copy_src, copy_dst}) {
+                    static_cast<void*>(per_channel), scratch}) {
     Require(cudaFree(ptr), "cudaFree");
   }
   return ratio;
 }
 
-}  // namespace
-
-int main() {
-  switch (fbn::ProbeGpu("gpu_bench")) {
-    case fbn::GpuPresence::kSkip: return 0;
-    case fbn::GpuPresence::kFail: return 1;
-    case fbn::GpuPresence::kRun: break;
+// The forward; returns the ratio kernel GB/s / copy GB/s.
+template <typename T>
+double BenchForward(const char* type, const BenchShape& b, bool training) {
+  const size_t n = static_cast<size_t>(b.shape.elements());
+  const size_t c = static_cast<size_t>(b.shape.channels);
+  const size_t moved = (training ? 3 : 2) * n * sizeof(T);
+  T* x = DeviceZeros<T>(n);
+  T* y = DeviceZeros<T>(n);
+  float* per_channel = DeviceZeros<float>(8 * c);
+  fbn::ForwardParams p;
+  p.shape = b.shape;
+  p.is_training = training;
+  void* scratch = DeviceAlloc(std::max<size_t>(1, fbn::GpuForwardScratchBytes(p)));
+  fbn::ForwardTensors<T> t;
+  t.x = x;
+  t.scale = per_channel;
+  t.offset = per_channel + c;
+  t.mean = per_channel + 2 * c;
+  t.variance = per_channel + 3 * c;
+  t.y = y;
+  t.batch_mean = per_channel + 4 * c;
+  t.batch_variance = per_channel + 5 * c;
+  t.saved_mean = per_channel + 6 * c;
+  t.saved_variance = per_channel + 7 * c;
+  const float kernel_ms = MedianMs([&] {
+    Require(static_cast<cudaError_t>(fbn::BatchNormForwardGpu(p, t, scratch, nullptr)),
+            "BatchNormForwardGpu");
+  });
+  Require(cudaDeviceSynchronize(), "kernels");
+  const double ratio = Row(type, b, training, n * sizeof(T), moved, kernel_ms);
+  std::printf("\n");
+  for (void* ptr : {static_cast<void*>(x), static_cast<void*>(y),
+                    static_cast<void*>(per_channel), scratch}) {
+    Require(cudaFree(ptr), "cudaFree");
   }
-  std::printf("median of %d calls; ratio = kernel GB/s / copy GB/s\n", kRepeats);
-  fbn::SetGpuVariants(0);  // the default kernels, whatever TF_FBN_OPS_GPU_VARIANTS says
-  std::printf("%-15s %-6s %-5s %-9s %9s %10s %9s %8s %7s %6s %6s\n", "shape", "layout", "mode",
-              "dtype", "x MB", "us/call", "GB/s", "copy", "ratio", "sep", "wide");
+  return ratio;
+}
+
+// One table: every shape, both modes, float32 and (for 4M elements and more) the 16-bit types,
+// with the count of large cells at the target.
+template <typename BenchFn>
+void Table(const char* title, const char* extra_columns, BenchFn&& bench) {
+  std::printf("%s\n%-15s %-6s %-5s %-9s %9s %10s %9s %8s %7s%s\n", title, "shape", "layout",
+              "mode", "dtype", "x MB", "us/call", "GB/s", "copy", "ratio", extra_columns);
   double worst_large = 1e30;
   int large = 0, large_met = 0;
   for (const BenchShape& b : Shapes()) {
@@ -179,10 +230,10 @@ int main() {
         }
       };
       const size_t n = static_cast<size_t>(b.shape.elements());
-      record(Bench<float>("float32", b, training), n * 4);
+      record(bench(float{}, "float32", b, training), n * 4);
       if (n >= (size_t{1} << 22)) {
-        record(Bench<fbn::Half>("float16", b, training), n * 2);
-        record(Bench<fbn::BFloat16>("bfloat16", b, training), n * 2);
+        record(bench(fbn::Half{}, "float16", b, training), n * 2);
+        record(bench(fbn::BFloat16{}, "bfloat16", b, training), n * 2);
       }
     }
   }
@@ -191,6 +242,31 @@ int main() {
                 "worst %.2f: target %s\n",
                 large_met, large, kLargeTarget, worst_large,
                 large_met == large ? "met" : "NOT met");
+  }
+}
+
+}  // namespace
+
+int main() {
+  switch (fbn::ProbeGpu("gpu_bench")) {
+    case fbn::GpuPresence::kSkip: return 0;
+    case fbn::GpuPresence::kFail: return 1;
+    case fbn::GpuPresence::kRun: break;
+  }
+  const char* op = std::getenv("FBN_BENCH_OP");
+  const std::string only = op == nullptr ? "" : op;
+  std::printf("median of %d calls; ratio = kernel GB/s / copy GB/s\n", kRepeats);
+  fbn::SetGpuVariants(0);  // the default kernels, whatever TF_FBN_OPS_GPU_VARIANTS says
+  if (only.empty() || only == "gradient") {
+    Table("gradient", "    sep   wide", [](auto type, const char* name, const BenchShape& b,
+                                          bool training) {
+      return Bench<decltype(type)>(name, b, training);
+    });
+  }
+  if (only.empty() || only == "forward") {
+    Table("forward", "", [](auto type, const char* name, const BenchShape& b, bool training) {
+      return BenchForward<decltype(type)>(name, b, training);
+    });
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // The host emulator's runtime: the block scheduler (threads as ucontext fibers), its barriers,
 // launch checks and the memory calls. What it is for and what it is not: cuda_runtime.h.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -417,6 +418,32 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned /*flags*/) 
 cudaError_t cudaStreamDestroy(cudaStream_t /*stream*/) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t /*stream*/) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+struct CUevent_st {
+  std::chrono::steady_clock::time_point recorded;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  *event = new CUevent_st{std::chrono::steady_clock::now()};
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t /*stream*/) {
+  event->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t /*event*/) { return cudaSuccess; }
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  *ms = std::chrono::duration<float, std::milli>(end->recorded - start->recorded).count();
+  return cudaSuccess;
+}
 
 cudaError_t cudaGetLastError() {
   const cudaError_t error = fbn_emu::g_last_error;
