@@ -388,7 +388,19 @@ void TimeLoops(const Options& o) {
       return NsPerElement(n, [&] {
         tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
           F.moments_rows(x.data() + at, width, rows, cols, sums.data(),
-                         sums.data() + max_columns);
+                         sums.data() + max_columns, nullptr);
+        });
+      });
+    });
+    // As the kernel runs where x does not fit the last-level cache: the next tile prefetched.
+    row("forward moments, next" + w, [&](int64_t n) {
+      return NsPerElement(n, [&] {
+        tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {
+          const int64_t next = at % width + tile_columns < width
+                                   ? at + tile_columns
+                                   : (at / width + tile_rows) * width;
+          F.moments_rows(x.data() + at, width, rows, cols, sums.data(),
+                         sums.data() + max_columns, next < n ? x.data() + next : nullptr);
         });
       });
     });

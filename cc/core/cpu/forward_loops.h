@@ -24,9 +24,10 @@ template <typename T>
 struct CpuForwardLoops {
   // A tile of `rows` rows of `width` columns, row r at element r * stride. Per column j:
   // sum[j] = Σ_r x, m2[j] = Σ_r (x − sum[j] / rows)², each in double, rows in order (the second
-  // pass reads the tile again, from the cache).
+  // pass reads the tile again, from the cache). `next`: the tile the caller takes next, whose
+  // lines at this tile's offsets the second pass prefetches, or nullptr.
   void (*moments_rows)(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
-                       double* m2);
+                       double* m2, const T* next);
   // One run of `length` elements: *sum = Σ x, *m2 = Σ (x − *sum / length)², element i in lane
   // i % 16, the lanes added in ReduceLanes' fixed order.
   void (*moments_run)(const T* x, int64_t length, double* sum, double* m2);

@@ -29,11 +29,22 @@ constexpr int kMomentsVectors = 4;
 constexpr int kMomentsVectors = 1;
 #endif
 
+// Asks for the line of element `at` from p. The next tile can be shorter than the one whose
+// offsets it is walked at, so the address may lie past the tensor: it is formed as an integer
+// (no out-of-bounds pointer), and a prefetch never faults.
+template <typename T>
+FBN_INLINE void Prefetch(const T* p, int64_t at) {
+  __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                                   static_cast<uintptr_t>(at) * sizeof(T)));
+}
+
 // Σ x and Σ (x − mean)² down `rows` rows of kVectors column vectors, mean = Σ x / rows; the
-// last vector is n lanes wide.
-template <int kVectors, typename T>
+// last vector is n lanes wide. The second pass reads the tile from the cache and, with kPrefetch,
+// asks for the same lines of the next tile at `next`: memory, idle while the pass computes, then
+// has them coming.
+template <int kVectors, bool kPrefetch, typename T>
 FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n,
-                                 double* sum, double* m2) {
+                                 double* sum, double* m2, const T* next) {
   auto lanes = [n](int v) { return v == kVectors - 1 ? n : kLanes; };
   Doubles s[kVectors], q[kVectors], mean[kVectors];
   for (int v = 0; v < kVectors; ++v) s[v] = q[v] = BroadcastDoubles(0.0);
@@ -46,6 +57,7 @@ FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n
   for (int v = 0; v < kVectors; ++v) mean[v] = PartWise(s[v], count, DivideParts{});
   for (int64_t r = 0; r < rows; ++r) {
     for (int v = 0; v < kVectors; ++v) {
+      if constexpr (kPrefetch) Prefetch(next, r * stride + v * kLanes);
       const Doubles d = LoadWidened(x + r * stride + v * kLanes, lanes(v)) - mean[v];
       q[v] = q[v] + d * d;
     }
@@ -56,18 +68,26 @@ FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n
   }
 }
 
-template <typename T>
-void MomentsRows(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
-                 double* m2) {
+template <typename T, bool kPrefetch>
+void MomentsRowsWith(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
+                     double* m2, const T* next) {
   constexpr int64_t kStep = kMomentsVectors * kLanes;
   int64_t j = 0;
   for (; j + kStep <= width; j += kStep) {
-    MomentsOfColumns<kMomentsVectors>(x + j, stride, rows, kLanes, sum + j, m2 + j);
+    MomentsOfColumns<kMomentsVectors, kPrefetch>(x + j, stride, rows, kLanes, sum + j, m2 + j,
+                                                 next + j);
   }
   for (; j < width; j += kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-    MomentsOfColumns<1>(x + j, stride, rows, n, sum + j, m2 + j);
+    MomentsOfColumns<1, kPrefetch>(x + j, stride, rows, n, sum + j, m2 + j, next + j);
   }
+}
+
+template <typename T>
+void MomentsRows(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
+                 double* m2, const T* next) {
+  if (next == nullptr) return MomentsRowsWith<T, false>(x, stride, rows, width, sum, m2, x);
+  MomentsRowsWith<T, true>(x, stride, rows, width, sum, m2, next);
 }
 
 template <typename T>
