@@ -118,9 +118,12 @@ float CopyMs(size_t moved) {
   return ms;
 }
 
-// Prints a cell's row (without its end of line) and returns kernel GB/s / copy GB/s.
-double Row(const char* type, const BenchShape& b, bool training, size_t x_bytes, size_t moved,
-           float kernel_ms) {
+// Prints a cell's row (without its end of line) and returns kernel GB/s / copy GB/s, for a
+// call that moves `passes` tensors of `element_bytes` elements.
+double Row(const char* type, const BenchShape& b, bool training, size_t element_bytes,
+           int passes, float kernel_ms) {
+  const size_t x_bytes = static_cast<size_t>(b.shape.elements()) * element_bytes;
+  const size_t moved = passes * x_bytes;
   const double kernel_gbs = moved / (kernel_ms * 1e6);
   const double copy_gbs = moved / (CopyMs(moved) * 1e6);
   std::printf("%-15s %-6s %-5s %-9s %9.1f %10.1f %9.1f %8.1f %7.2f", b.name,
@@ -134,7 +137,6 @@ template <typename T>
 double Bench(const char* type, const BenchShape& b, bool training) {
   const size_t n = static_cast<size_t>(b.shape.elements());
   const size_t c = static_cast<size_t>(b.shape.channels);
-  const size_t moved = (training ? 5 : 3) * n * sizeof(T);
   T* dy = DeviceZeros<T>(n);
   T* x = DeviceZeros<T>(n);
   T* dx = DeviceZeros<T>(n);
@@ -165,7 +167,7 @@ double Bench(const char* type, const BenchShape& b, bool training) {
   const float wide_ms = MedianMs(call);
   fbn::SetGpuVariants(0);
   Require(cudaDeviceSynchronize(), "kernels");
-  const double ratio = Row(type, b, training, n * sizeof(T), moved, kernel_ms);
+  const double ratio = Row(type, b, training, sizeof(T), training ? 5 : 3, kernel_ms);
   std::printf(" %6.2f %6.2f\n", kernel_ms / separate_ms, kernel_ms / wide_ms);
   for (void* ptr : {static_cast<void*>(dy), static_cast<void*>(x), static_cast<void*>(dx),
                     static_cast<void*>(per_channel), scratch}) {
@@ -179,7 +181,6 @@ template <typename T>
 double BenchForward(const char* type, const BenchShape& b, bool training) {
   const size_t n = static_cast<size_t>(b.shape.elements());
   const size_t c = static_cast<size_t>(b.shape.channels);
-  const size_t moved = (training ? 3 : 2) * n * sizeof(T);
   T* x = DeviceZeros<T>(n);
   T* y = DeviceZeros<T>(n);
   float* per_channel = DeviceZeros<float>(8 * c);
@@ -203,7 +204,7 @@ double BenchForward(const char* type, const BenchShape& b, bool training) {
             "BatchNormForwardGpu");
   });
   Require(cudaDeviceSynchronize(), "kernels");
-  const double ratio = Row(type, b, training, n * sizeof(T), moved, kernel_ms);
+  const double ratio = Row(type, b, training, sizeof(T), training ? 3 : 2, kernel_ms);
   std::printf("\n");
   for (void* ptr : {static_cast<void*>(x), static_cast<void*>(y),
                     static_cast<void*>(per_channel), scratch}) {
