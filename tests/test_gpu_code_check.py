@@ -15,6 +15,7 @@ SUM_FLOAT_4 = "_ZN3fbn47_GLOBAL__N__x15SumChannelsLastIfLi4ELb1EEEvNS0_4ArgsIT_E
 APPLY_FLOAT_1 = "_ZN3fbn47_GLOBAL__N__x17ApplyChannelsLastIfLi1EEEvNS0_4ArgsIT_EEi"
 NORMALIZE_HALF_8 = "_ZN3fbn47_GLOBAL__N__x19NormalizeINS_4HalfELi8EEEvNS0_11ForwardArgsIT_EEl"
 NORMALIZE_FLOAT_1 = "_ZN3fbn47_GLOBAL__N__x19NormalizeIfLi1EEEvNS0_11ForwardArgsIT_EEl"
+MOMENTS_HALF_8 = "_ZN3fbn47_GLOBAL__N__x20MomentsChannelsFirstINS_4HalfELi8EEEvNS0_11ForwardArgsIT_EEi"
 
 
 def test_vector_accesses_pass():
@@ -60,6 +61,18 @@ def test_the_forward_normalize_is_held_to_vectors_where_vectorized():
     assert gpu_code_check.sweep_problems(NORMALIZE_HALF_8, body) == [
         "a 16-bit scalar store (st.global.u16)"]
     assert gpu_code_check.sweep_problems(NORMALIZE_FLOAT_1, body) == []
+
+
+def test_the_forward_moments_are_held_to_vector_loads_where_vectorized():
+    vectors = """
+	ld.global.v4.u32 	{%r1, %r2, %r3, %r4}, [%rd1];
+	st.global.f64 	[%rd5], %fd1;
+"""
+    assert gpu_code_check.sweep_problems(MOMENTS_HALF_8, vectors) == []
+    scalars = "\tld.global.u16 \t%rs1, [%rd1];\n\tst.global.f64 \t[%rd5], %fd1;\n"
+    assert gpu_code_check.sweep_problems(MOMENTS_HALF_8, scalars) == [
+        "a 16-bit scalar load (ld.global.u16)", "no vector load"]
+    assert gpu_code_check.short_name(MOMENTS_HALF_8) == "MomentsChannelsFirst<half,8>"
 
 
 def test_ptxas_report_and_kernel_names():

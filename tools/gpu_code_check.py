@@ -4,10 +4,10 @@ Compiles each CUDA source of the core for every architecture of the build (nvcc 
 `-Xptxas -v`, keeping the PTX), prints each kernel's registers and spills per architecture, and
 fails where:
   - any kernel spills registers to local memory (on any architecture);
-  - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Normalize; vector width
-    V > 1) stores anything narrower than 8 bytes other than as one vector instruction: these
-    kernels store only x_backprop or y vectors and double partials, so a 4- or 2-byte store is
-    a vector split up;
+  - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Moments and Normalize; vector
+    width V > 1) stores anything narrower than 8 bytes other than as one vector instruction:
+    these kernels store only x_backprop or y vectors and double partials, so a 4- or 2-byte
+    store is a vector split up;
   - such a sweep of a 16-bit type loads a 16-bit scalar (its per-channel inputs are float and
     double), or loads no vector at all.
 The load and store widths are read from the PTX, where nvcc decides them (ptxas keeps a PTX
@@ -37,7 +37,7 @@ PTXAS_USAGE = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z]+)*)\.(v[24]\.)?([a-z]+\d+)\b")
-SWEEP = re.compile(r"(?:(?:Sum|Apply)Channels(?:Last|First)|Normalize)"
+SWEEP = re.compile(r"(?:(?:Sum|Apply|Moments)Channels(?:Last|First)|Normalize)"
                    r"I(?P<type>f|NS_4Half|NS_8BFloat16)E?Li(?P<width>\d+)E")
 
 Usage = collections.namedtuple("Usage", "registers stack spill_stores spill_loads")

@@ -95,10 +95,18 @@ struct ChannelMoments {
   double m2 = 0.0;
 };
 
+// A part's squared deviations about the mean of the parts it is combined with: its own plus
+// count · (its mean − that mean)² (Chan, Golub and LeVeque). Non-negative: nothing cancels,
+// whatever the data's offset. The one combination rule of the CPU and CUDA kernels, which add
+// these terms in orders of their own (CombineMoments; the CUDA Finish kernel's tree).
+FBN_HOST_DEVICE inline double PartSquaredDeviations(const ChannelMoments& p, double mean) {
+  if (p.count == 0.0) return 0.0;
+  const double d = p.sum / p.count - mean;
+  return p.m2 + p.count * d * d;
+}
+
 // Parts of one channel combined in the order given (part_at(i) for i < parts): the mean of all,
-// then each part's squared deviations about it, its own plus count · (its mean − the mean)²
-// (Chan, Golub and LeVeque). Every term is non-negative: nothing cancels, whatever the data's
-// offset. The one combination of the CPU and CUDA kernels.
+// then the parts' squared deviations about it.
 template <typename PartAt>
 FBN_HOST_DEVICE ChannelMoments CombineMoments(int64_t parts, PartAt&& part_at) {
   ChannelMoments all;
@@ -109,12 +117,7 @@ FBN_HOST_DEVICE ChannelMoments CombineMoments(int64_t parts, PartAt&& part_at) {
   }
   if (all.count == 0.0) return all;
   const double mean = all.sum / all.count;
-  for (int64_t i = 0; i < parts; ++i) {
-    const ChannelMoments p = part_at(i);
-    if (p.count == 0.0) continue;
-    const double d = p.sum / p.count - mean;
-    all.m2 += p.m2 + p.count * d * d;
-  }
+  for (int64_t i = 0; i < parts; ++i) all.m2 += PartSquaredDeviations(part_at(i), mean);
   return all;
 }
 

@@ -2,14 +2,16 @@
 // bn_grad_gpu.cu, this file builds with nvcc alone and with g++ against the host emulator.
 //
 // Three kernels per training call, on the caller's stream:
-//   1. Moments: a block per (group of channels, part of their elements) sums its elements, then
-//      their squared deviations about the part's own mean (the second pass reads the part again,
-//      mostly from L2), each block-wide in a fixed order (gpu_lane_sum.cuh);
-//   2. Finish:  per channel, the parts combined in part order (bn_forward.h's CombineMoments,
-//      the CPU kernels' function), the four statistics outputs and y's coefficients;
+//   1. Moments*: a block per group of channels and block of their elements (gpu_sweeps.cuh's
+//      plan and walks, the gradient's) sums its elements, then their squared deviations about
+//      the block's own mean (the second pass reads them again, mostly from L2), each block-wide
+//      in a fixed order (gpu_lane_sum.cuh);
+//   2. Finish:  per channel, the blocks' moments combined by bn_forward.h's rule
+//      (PartSquaredDeviations, the CPU kernels' too) in a fixed tree, then the four statistics
+//      outputs and y's coefficients;
 //   3. Normalize: y = (x − mean) · scale_inv_std + offset in double, rounded once to T, in
 //      16-byte vectors where the layout and the pointers allow.
-// Inference runs Finish and Normalize. The cut into parts depends on the shape only and nothing
+// Inference runs Finish and Normalize. The cut into blocks depends on the shape only and nothing
 // is added atomically, so two calls give the same bits. The statistics are the CPU kernels' in
 // method (double, per-part means, one combination rule), not in summation order: CPU and GPU
 // agree to a rounding, not bit for bit.
@@ -23,102 +25,139 @@
 #include "cc/core/gpu/gpu_elements.cuh"
 #include "cc/core/gpu/gpu_lane_sum.cuh"
 #include "cc/core/gpu/gpu_launch.cuh"
+#include "cc/core/gpu/gpu_sweeps.cuh"
 
 namespace fbn {
 namespace {
 
-constexpr int kThreads = 256;
-// A part holds about this many elements of each of its channels.
-constexpr int64_t kPartElements = 16384;
-// Parts per channel at most (grid.y, and the Finish kernel's serial combination).
-constexpr int64_t kMaxParts = 1024;
 // Normalize: elements per thread.
 constexpr int64_t kElementsPerThread = 8;
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// How the work is cut; depends on the (canonical) shape only.
-struct ForwardPlan {
-  int lanes = 1;             // channels side by side in a Moments block (channels last)
-  int64_t channel_groups = 1;
-  int64_t parts = 1;         // per channel
-  int64_t part_elements = 0;  // elements of a channel per part (the last part: the rest)
-
-  explicit ForwardPlan(const Shape& s) {
-    if (s.channels_last) {
-      while (lanes < kWarpSize && lanes < s.channels) lanes *= 2;
-    }
-    channel_groups = CeilDiv(s.channels, lanes);
-    if (s.rest() == 0) return;  // an empty x: no moments, no parts
-    parts = std::clamp<int64_t>(CeilDiv(s.rest(), kPartElements), 1, kMaxParts);
-    part_elements = CeilDiv(s.rest(), parts);
-    parts = CeilDiv(s.rest(), part_elements);
-  }
-};
-
 template <typename T>
-struct ForwardArgs {
+struct ForwardArgs : SweepShape {
   ForwardTensors<T> t;
   ForwardParams p;
-  int64_t channels, spatial, rest, parts, part_elements;  // of the canonical shape
-  double* moments;       // [C][parts][3]: count, sum, m2
+  int64_t parts;         // blocks along the elements of a channel (the plan's row_blocks)
+  double* part_sum;      // [parts][C]: each block's sum of each of its channels
+  double* part_m2;       // [parts][C]: its squared deviations about the block's mean
   double* coefficients;  // [3][C]: mean, scale_inv_std, offset
+
+  __device__ Sources<T, 1> X() const { return {{t.x}}; }
+  // Elements of each of its channels in block `part`.
+  __device__ double PartCount(int64_t part) const {
+    const int64_t first = part * rows_per_block;
+    return static_cast<double>(min(rest, first + rows_per_block) - first);
+  }
 };
 
-template <typename T>
-__global__ void __launch_bounds__(kThreads) Moments(ForwardArgs<T> a, int lanes) {
-  __shared__ double shared[kThreads];
-  __shared__ double part_mean[kWarpSize];
-  const int lane = threadIdx.x % lanes;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * lanes + lane;
-  const int64_t part = blockIdx.y;
-  const int64_t begin = part * a.part_elements;
-  const int64_t end = min(a.rest, begin + a.part_elements);
-  const int step = kThreads / lanes;
-  const bool active = c < a.channels;
-  const Shape& shape = a.p.shape;
-
-  double sum[1] = {0.0};
-  if (active) {
-    for (int64_t e = begin + threadIdx.x / lanes; e < end; e += step) {
-      sum[0] += Load(a.t.x[shape.ChannelElement(c, e)]);
-    }
-  }
-  BlockLaneSums<kThreads, 1>(sum, lanes, shared);
-  const double count = static_cast<double>(end - begin);
-  if (static_cast<int>(threadIdx.x) < lanes) part_mean[threadIdx.x] = sum[0] / count;
-  __syncthreads();
-  const double mean = part_mean[lane];
-  double m2[1] = {0.0};
-  if (active) {
-    for (int64_t e = begin + threadIdx.x / lanes; e < end; e += step) {
-      const double d = Load(a.t.x[shape.ChannelElement(c, e)]) - mean;
-      m2[0] += d * d;
-    }
-  }
-  BlockLaneSums<kThreads, 1>(m2, lanes, shared);
-  if (static_cast<int>(threadIdx.x) < lanes && active) {
-    double* out = a.moments + (c * a.parts + part) * 3;
-    out[0] = count;
-    out[1] = sum[0];
-    out[2] = m2[0];
+// body(j, x) for each element x of this thread's walk of its block, where j is the element's
+// channel among the thread's: V channels side by side (channels last), or its one channel.
+template <typename T, int V, bool kChannelsLast, typename Body>
+__device__ __forceinline__ void ForEachX(const ForwardArgs<T>& a, int lanes, Body&& body) {
+  if constexpr (kChannelsLast) {
+    const RowTile tile(a, lanes, V, blockIdx.y);
+    if (!tile.active) return;
+    SweepRows<T, V>(a, a.X(), tile, [&](const Vec<T, V>& x, int64_t) {
+      for (int j = 0; j < V; ++j) body(j, Load(x.v[j]));
+    });
+  } else {
+    const ChannelSpan span(a, lanes, V, blockIdx.y);
+    if (!span.active) return;
+    SweepPlanes<T, V>(a, a.X(), span, [&](const Vec<T, V>& x, int64_t) {
+      for (int j = 0; j < V; ++j) body(0, Load(x.v[j]));
+    });
   }
 }
 
+// One block's moments of its channels: kWidth channels per lane (V channels last, one channels
+// first), `lanes` lanes. `shared`: kWidth * kThreads doubles; `part_mean`: kWidth * kWarpSize.
+template <typename T, int V, bool kChannelsLast>
+__device__ __forceinline__ void BlockMoments(const ForwardArgs<T>& a, int lanes, double* shared,
+                                             double* part_mean) {
+  constexpr int kWidth = kChannelsLast ? V : 1;
+  const int lane = threadIdx.x % lanes;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * lanes + lane) * kWidth;
+  const double count = a.PartCount(blockIdx.y);
+
+  double sum[kWidth] = {};
+  ForEachX<T, V, kChannelsLast>(a, lanes, [&](int j, double x) { sum[j] += x; });
+  BlockLaneSums<kThreads>(sum, lanes, shared);
+  if (static_cast<int>(threadIdx.x) < lanes) {
+    for (int j = 0; j < kWidth; ++j) part_mean[lane * kWidth + j] = sum[j] / count;
+  }
+  __syncthreads();
+  double mean[kWidth], m2[kWidth] = {};
+  for (int j = 0; j < kWidth; ++j) mean[j] = part_mean[lane * kWidth + j];
+  ForEachX<T, V, kChannelsLast>(a, lanes, [&](int j, double x) {
+    const double d = x - mean[j];
+    m2[j] += d * d;
+  });
+  BlockLaneSums<kThreads>(m2, lanes, shared);
+  if (static_cast<int>(threadIdx.x) < lanes && c0 < a.channels) {
+    for (int j = 0; j < kWidth; ++j) {
+      a.part_sum[blockIdx.y * a.channels + c0 + j] = sum[j];
+      a.part_m2[blockIdx.y * a.channels + c0 + j] = m2[j];
+    }
+  }
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) MomentsChannelsLast(ForwardArgs<T> a, int lanes) {
+  __shared__ double shared[V * kThreads];
+  __shared__ double part_mean[V * kWarpSize];
+  BlockMoments<T, V, true>(a, lanes, shared, part_mean);
+}
+
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) MomentsChannelsFirst(ForwardArgs<T> a, int lanes) {
+  __shared__ double shared[kThreads];
+  __shared__ double part_mean[kWarpSize];
+  BlockMoments<T, V, false>(a, lanes, shared, part_mean);
+}
+
+// Per channel (`channels` neighbouring ones per block, lane = threadIdx.x % channels; the other
+// threads split the parts): training's parts combined in a fixed tree, then the outputs and y's
+// coefficients.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) Finish(ForwardArgs<T> a) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (c >= a.channels) return;
+__global__ void __launch_bounds__(kThreads) Finish(ForwardArgs<T> a, int channels) {
+  __shared__ double shared[2 * kThreads];
+  __shared__ double channel_mean[kWarpSize];
+  const int lane = threadIdx.x % channels;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * channels + lane;
+  const bool active = c < a.channels;
+  const int64_t first_part = threadIdx.x / channels, part_step = kThreads / channels;
+  ChannelMoments m;
+  const bool combine = a.p.is_training && a.rest > 0;  // the same in every thread
+  if (combine) {
+    double totals[2] = {0.0, 0.0};  // count, sum
+    if (active) {
+      for (int64_t b = first_part; b < a.parts; b += part_step) {
+        totals[0] += a.PartCount(b);
+        totals[1] += a.part_sum[b * a.channels + c];
+      }
+    }
+    BlockLaneSums<kThreads>(totals, channels, shared);
+    if (static_cast<int>(threadIdx.x) < channels) channel_mean[lane] = totals[1] / totals[0];
+    __syncthreads();
+    const double mean = channel_mean[lane];
+    double deviations[1] = {0.0};
+    if (active) {
+      for (int64_t b = first_part; b < a.parts; b += part_step) {
+        const ChannelMoments part{a.PartCount(b), a.part_sum[b * a.channels + c],
+                                  a.part_m2[b * a.channels + c]};
+        deviations[0] += PartSquaredDeviations(part, mean);
+      }
+    }
+    BlockLaneSums<kThreads>(deviations, channels, shared);
+    m = ChannelMoments{totals[0], totals[1], deviations[0]};
+  }
+  if (static_cast<int>(threadIdx.x) >= channels || !active) return;
   NormalizeCoefficients k;
   if (a.rest == 0) {
     FinishEmptyChannel(a.t, c);
     return;
   }
-  if (a.p.is_training) {
-    const double* parts = a.moments + c * a.parts * 3;
-    const ChannelMoments m = CombineMoments(a.parts, [&](int64_t i) {
-      return ChannelMoments{parts[3 * i], parts[3 * i + 1], parts[3 * i + 2]};
-    });
+  if (combine) {
     double mean, variance;
     MeanAndVariance(m, &mean, &variance);
     k = FinishForwardChannel(a.p, a.t, c, m.count, mean, variance);
@@ -161,12 +200,33 @@ template <typename T>
 cudaError_t LaunchNormalize(const ForwardArgs<T>& a, const Shape& s, GpuStream stream) {
   constexpr int V = 16 / sizeof(T);
   const int64_t run = s.channels_last ? s.channels : s.spatial;
-  const bool vectors = run % V == 0 && Aligned(a.t.x, V * sizeof(T)) &&
-                       Aligned(a.t.y, V * sizeof(T));
+  const bool vectors = Vectorizable<T>(run, V, {a.t.x, a.t.y});
   const int64_t elements = s.elements();
   const dim3 grid(CeilDiv(elements, kThreads * kElementsPerThread));
   return vectors ? LaunchKernel(Normalize<T, V>, grid, dim3(kThreads), stream, a, elements)
                  : LaunchKernel(Normalize<T, 1>, grid, dim3(kThreads), stream, a, elements);
+}
+
+// The moments of one layout, in vectors of x where its runs and its address allow.
+template <typename T, bool kChannelsLast>
+cudaError_t LaunchMoments(const ForwardArgs<T>& a, const BlockPlan& plan, GpuStream stream) {
+  constexpr int V = kVector<T, kChannelsLast>;
+  auto launch = [&](auto width) {
+    constexpr int kWidth = decltype(width)::value;
+    const int64_t lane_units = kChannelsLast ? a.channels / kWidth : a.channels;
+    const int lanes = kChannelsLast ? LanesFor(lane_units) : plan.first_lanes;
+    const dim3 grid(static_cast<unsigned>(CeilDiv(lane_units, lanes)),
+                    static_cast<unsigned>(plan.row_blocks));
+    if constexpr (kChannelsLast) {
+      return LaunchKernel(MomentsChannelsLast<T, kWidth>, grid, dim3(kThreads), stream, a, lanes);
+    } else {
+      return LaunchKernel(MomentsChannelsFirst<T, kWidth>, grid, dim3(kThreads), stream, a,
+                          lanes);
+    }
+  };
+  const int64_t run = kChannelsLast ? a.channels : a.spatial;
+  return Vectorizable<T>(run, V, {a.t.x}) ? launch(std::integral_constant<int, V>())
+                                          : launch(std::integral_constant<int, 1>());
 }
 
 }  // namespace
@@ -174,8 +234,8 @@ cudaError_t LaunchNormalize(const ForwardArgs<T>& a, const Shape& s, GpuStream s
 size_t GpuForwardScratchBytes(const ForwardParams& params) {
   const Shape s = params.shape.canonical();
   if (s.elements() == 0) return 0;
-  const ForwardPlan plan(s);
-  const int64_t moments = params.is_training ? s.channels * plan.parts * 3 : 0;
+  const BlockPlan plan(s);
+  const int64_t moments = params.is_training ? 2 * s.channels * plan.row_blocks : 0;
   return static_cast<size_t>(moments + 3 * s.channels) * sizeof(double);
 }
 
@@ -184,23 +244,35 @@ int BatchNormForwardGpu(const ForwardParams& params, const ForwardTensors<T>& t,
                         GpuStream stream) {
   const Shape s = params.shape.canonical();
   if (s.channels == 0) return cudaSuccess;
-  const ForwardPlan plan(s);
-  ForwardArgs<T> a{t, params, s.channels, s.spatial, s.rest(), plan.parts, plan.part_elements,
-                   nullptr, nullptr};
+  const BlockPlan plan(s);
+  ForwardArgs<T> a;
+  a.channels = s.channels;
+  a.spatial = s.spatial;
+  a.rest = s.rest();
+  a.rows_per_block = plan.rows_per_block;
+  a.t = t;
+  a.p = params;
   a.p.shape = s;
+  a.parts = plan.row_blocks;
+  a.part_sum = a.part_m2 = a.coefficients = nullptr;
   const bool empty = s.elements() == 0;
   if (!empty) {
     double* doubles = static_cast<double*>(scratch);
-    a.moments = params.is_training ? doubles : nullptr;
-    a.coefficients = doubles + (params.is_training ? s.channels * plan.parts * 3 : 0);
+    if (params.is_training) {
+      a.part_sum = doubles;
+      a.part_m2 = a.part_sum + plan.row_blocks * s.channels;
+      doubles = a.part_m2 + plan.row_blocks * s.channels;
+    }
+    a.coefficients = doubles;
   }
   cudaError_t error = cudaSuccess;
   if (!empty && params.is_training) {
-    error = LaunchKernel(Moments<T>, dim3(plan.channel_groups, plan.parts), dim3(kThreads),
-                         stream, a, plan.lanes);
+    error = s.channels_last ? LaunchMoments<T, true>(a, plan, stream)
+                            : LaunchMoments<T, false>(a, plan, stream);
     if (error != cudaSuccess) return error;
   }
-  error = LaunchKernel(Finish<T>, dim3(CeilDiv(s.channels, kThreads)), dim3(kThreads), stream, a);
+  error = LaunchKernel(Finish<T>, dim3(CeilDiv(s.channels, plan.finish_channels)),
+                       dim3(kThreads), stream, a, plan.finish_channels);
   if (error != cudaSuccess || empty) return error;
   return LaunchNormalize(a, s, stream);
 }

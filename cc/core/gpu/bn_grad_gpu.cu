@@ -19,9 +19,8 @@
 // double and rounded once to T. FP64 costs little next to the memory traffic of these
 // bandwidth-bound sweeps, and it makes the results as exact as the inputs allow on every GPU.
 //
-// Speed comes from memory-level parallelism: every thread issues the loads of kUnroll vectors
-// (8 or 16 bytes each) of each input before it uses the first, so each resident thread keeps a
-// hundred bytes or more in flight.
+// How blocks are cut and walked (and the memory-level parallelism that makes the sweeps fast) is
+// gpu_sweeps.cuh's, shared with the forward's moments.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -39,39 +38,10 @@
 #include "cc/core/gpu/gpu_elements.cuh"
 #include "cc/core/gpu/gpu_lane_sum.cuh"
 #include "cc/core/gpu/gpu_launch.cuh"
+#include "cc/core/gpu/gpu_sweeps.cuh"
 
 namespace fbn {
 namespace {
-
-constexpr int kThreads = 256;
-// Reduction blocks cover about this many elements.
-constexpr int64_t kBlockElements = 16384;
-// Channels last: at least this many rows per block, so wide C does not turn into partial-sum
-// traffic (each block writes 2 * C doubles).
-constexpr int64_t kMinRowsPerBlock = 64;
-// Bounds the scratch to 2 * kMaxRowBlocks * C doubles.
-constexpr int64_t kMaxRowBlocks = 1024;
-// Vectors of each tensor a thread has in flight at once: with one of 16 bytes, 128 bytes per
-// thread, which keeps HBM busy at the occupancy the double-precision state allows.
-constexpr int kUnroll = 4;
-
-// Elements per load and store where the layout and the pointers allow it. Channels first, the
-// V elements of a vector share one channel: 16 bytes. Channels last, each is a channel with its
-// own double-precision state (mean, sums or coefficients), so 16-bit types take 8 bytes: with 8
-// channels and kUnroll vectors a thread needed 130-170 registers, and the lower occupancy cost
-// more bandwidth (on an H100) than the narrower loads. The wide_rows variant (GpuVariant) takes
-// 16 bytes with half as many vectors in flight (kRowsUnroll), the same bytes, to be timed.
-template <typename T, bool kChannelsLast>
-constexpr int kVector = sizeof(T) == 4 || !kChannelsLast ? 16 / sizeof(T) : 4;
-constexpr int kWideRowsVector = 8;
-
-// Vectors of each tensor a thread of a channels-last sweep loads before using the first: eight
-// 16-bit channels to a vector hold as many bytes in half as many vectors, and their sums and
-// means twice the registers.
-template <int V>
-constexpr int kRowsUnroll = V == kWideRowsVector ? kUnroll / 2 : kUnroll;
-
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // One thread's sums for V channels (or V lanes of one channel). A product of two widened
 // floats is exact in double, so each term carries no rounding error of its own.
@@ -85,139 +55,17 @@ struct Accumulator {
   }
 };
 
-// How the work is cut; depends on the (canonical) shape only.
-struct Plan {
-  int64_t row_blocks = 1;      // reduction blocks along R
-  int64_t rows_per_block = 0;  // rows (channels last) or elements of a channel (channels first)
-  int first_lanes = 1;         // channels first: channels side by side in a block
-  int finalize_channels = 1;   // channels per Finalize block; its other threads split the blocks
-
-  explicit Plan(const Shape& s) {
-    const int64_t rest = s.rest();
-    const int64_t target =
-        s.channels_last ? std::max(kMinRowsPerBlock, CeilDiv(kBlockElements, s.channels))
-                        : kBlockElements;
-    const int64_t wanted = std::clamp<int64_t>(CeilDiv(rest, target), 1, kMaxRowBlocks);
-    rows_per_block = CeilDiv(rest, wanted);
-    // Channels first: block boundaries on a multiple of any vector width.
-    if (!s.channels_last) rows_per_block = CeilDiv(rows_per_block, 16) * 16;
-    row_blocks = CeilDiv(rest, rows_per_block);
-    // Channels first with short channels: several channels per block, as long as each of
-    // their threads still has at most 16 elements; otherwise most of a block would idle.
-    while (!s.channels_last && first_lanes < kWarpSize &&
-           kThreads / (2 * first_lanes) * 16 >= rows_per_block) {
-      first_lanes *= 2;
-    }
-    // Finalize: enough threads per channel to read its row_blocks partials in one or a few
-    // steps; the remaining factor of kThreads goes to neighbouring channels (coalesced reads).
-    int threads_per_channel = 1;
-    while (threads_per_channel < row_blocks && threads_per_channel < kThreads) {
-      threads_per_channel *= 2;
-    }
-    finalize_channels = std::clamp(kThreads / threads_per_channel, 1, kWarpSize);
-  }
-};
-
-// Channels last: a block is `lanes` channel vectors wide and kThreads / lanes rows tall.
-int LanesFor(int64_t channel_vectors) {
-  int lanes = 1;
-  while (lanes < kWarpSize && lanes < channel_vectors) lanes *= 2;
-  return lanes;
-}
-
 // Pointers of one call, as the kernels see them.
 template <typename T>
-struct Args {
+struct Args : SweepShape {
   Tensors<T> t;
   Params p;
-  int64_t channels, spatial, rest, rows_per_block;
   double* partial_dy;     // [row_blocks][C]
   double* partial_dy_xc;  // [row_blocks][C]
   double* coef;           // [3][C]: c1, mean(dy), c2 (training)
+
+  __device__ Sources<T, 2> DyAndX() const { return {{t.y_backprop, t.x}}; }
 };
-
-// Channels last: this thread's V channels and rows [begin, end) step `step` of its block.
-struct RowTile {
-  int64_t c0, begin, end;
-  int step;  // rows between this thread's rows
-  bool active;
-  template <typename T>
-  __device__ RowTile(const Args<T>& a, int lanes, int V, int64_t row_block) {
-    step = kThreads / lanes;
-    c0 = (static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes) * V;
-    const int64_t block_begin = row_block * a.rows_per_block;
-    begin = block_begin + threadIdx.x / lanes;
-    end = min(a.rest, block_begin + a.rows_per_block);
-    active = c0 < a.channels;
-  }
-};
-
-// Channels first: a thread walks channel c's elements e, e + step, e + 2 step, ... in (n, s)
-// order, keeping n and s by additions: a 64-bit division per access would cost more than the
-// access.
-struct PlaneWalk {
-  int64_t n, s;    // image and position within the plane of the current element
-  int64_t dn, ds;  // step, in whole planes and the remainder
-  __device__ PlaneWalk(int64_t e, int64_t step, int64_t spatial) {
-    n = e / spatial;
-    s = e - n * spatial;
-    dn = step / spatial;
-    ds = step - dn * spatial;
-  }
-  template <typename T>
-  __device__ int64_t Offset(const Args<T>& a, int64_t c) const {
-    return (n * a.channels + c) * a.spatial + s;
-  }
-  __device__ void Advance(int64_t spatial) {
-    n += dn;
-    s += ds;
-    if (s >= spatial) {
-      s -= spatial;
-      ++n;
-    }
-  }
-};
-
-// Up to kCount vectors of dy and x at `offset`, every load issued before any is used; the first
-// `count` lie inside the thread's range.
-template <typename T, int V, int kCount = kUnroll>
-struct Batch {
-  Vec<T, V> dy[kCount], x[kCount];
-  int64_t offset[kCount];
-  int count;
-
-  __device__ __forceinline__ void Load(const Args<T>& a) {
-#pragma unroll
-    for (int u = 0; u < kCount; ++u) {
-      if (u < count) {
-        dy[u] = LoadVec<T, V>(a.t.y_backprop + offset[u]);
-        x[u] = LoadVec<T, V>(a.t.x + offset[u]);
-      }
-    }
-  }
-};
-
-// Channels last: body(dy, x, offset) for each vector of the thread's rows, in row order,
-// kRowsUnroll vectors loaded before the first is used.
-template <typename T, int V, typename Body>
-__device__ __forceinline__ void SweepRows(const Args<T>& a, const RowTile& tile, Body&& body) {
-  constexpr int kCount = kRowsUnroll<V>;
-  for (int64_t r = tile.begin; r < tile.end; r += kCount * tile.step) {
-    Batch<T, V, kCount> b;
-    b.count = 0;
-#pragma unroll
-    for (int u = 0; u < kCount; ++u) {
-      const int64_t row = r + u * tile.step;
-      b.offset[u] = row * a.channels + tile.c0;
-      b.count += row < tile.end ? 1 : 0;
-    }
-    b.Load(a);
-#pragma unroll
-    for (int u = 0; u < kCount; ++u) {
-      if (u < b.count) body(b.dy[u], b.x[u], b.offset[u]);
-    }
-  }
-}
 
 // Kernel signature shared by the sweeps; `lanes`: channel vectors (channels last) or channels
 // (channels first) side by side in a block, lane = threadIdx.x % lanes.
@@ -235,7 +83,7 @@ __device__ __forceinline__ void SumRows(const Args<T>& a, const RowTile& tile, i
       mean[j] = a.t.mean[tile.c0 + j];
       k[j] = kInference ? a.p.InvStd(a.t.variance[tile.c0 + j]) * a.t.scale[tile.c0 + j] : 0.0;
     }
-    SweepRows<T, V>(a, tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+    SweepRows<T, V>(a, a.DyAndX(), tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
       Vec<T, V> dx;
       for (int j = 0; j < V; ++j) {
         const double d = Load(dy.v[j]);
@@ -262,44 +110,6 @@ __global__ void __launch_bounds__(kThreads) SumChannelsLast(Args<T> a, int lanes
   }
 }
 
-// Channels first: this thread's channel and its walk over the channel's elements in the block.
-struct ChannelSpan {
-  int64_t c, begin, end, step;
-  bool active;
-  template <typename T>
-  __device__ ChannelSpan(const Args<T>& a, int lanes, int V, int64_t row_block) {
-    c = static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes;
-    const int64_t block_begin = row_block * a.rows_per_block;
-    begin = block_begin + static_cast<int64_t>(threadIdx.x / lanes) * V;
-    end = min(a.rest, block_begin + a.rows_per_block);
-    step = static_cast<int64_t>(kThreads / lanes) * V;
-    active = c < a.channels;
-  }
-};
-
-// Channels first: body(dy, x, offset) for each vector of the thread's span of its channel, in
-// (n, s) order, kUnroll vectors loaded before the first is used. S is a multiple of V.
-template <typename T, int V, typename Body>
-__device__ __forceinline__ void SweepPlanes(const Args<T>& a, const ChannelSpan& span,
-                                            Body&& body) {
-  PlaneWalk walk(span.begin, span.step, a.spatial);
-  for (int64_t e = span.begin; e < span.end; e += kUnroll * span.step) {
-    Batch<T, V> b;
-    b.count = 0;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      b.offset[u] = walk.Offset(a, span.c);
-      walk.Advance(a.spatial);
-      b.count += e + u * span.step < span.end ? 1 : 0;
-    }
-    b.Load(a);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (u < b.count) body(b.dy[u], b.x[u], b.offset[u]);
-    }
-  }
-}
-
 // Channels first, the sums sweep of one block: each thread's sums of its channel (one pair
 // whatever V: registers are what limits occupancy; in inference, x_backprop written on the
 // way), then the block's, in the threads < lanes.
@@ -309,7 +119,7 @@ __device__ __forceinline__ void SumPlanes(const Args<T>& a, const ChannelSpan& s
   if (span.active) {
     const double mean = a.t.mean[span.c];
     const double k = kInference ? a.p.InvStd(a.t.variance[span.c]) * a.t.scale[span.c] : 0.0;
-    SweepPlanes<T, V>(a, span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+    SweepPlanes<T, V>(a, a.DyAndX(), span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
       Vec<T, V> dx;
       for (int j = 0; j < V; ++j) {
         const double d = Load(dy.v[j]);
@@ -421,7 +231,7 @@ __device__ __forceinline__ void ApplyRows(const Args<T>& a, const RowTile& tile)
     dy_mean[j] = a.coef[a.channels + tile.c0 + j];
     c2[j] = a.coef[2 * a.channels + tile.c0 + j];
   }
-  SweepRows<T, V>(a, tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+  SweepRows<T, V>(a, a.DyAndX(), tile, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
     Vec<T, V> dx;
     for (int j = 0; j < V; ++j) {
       dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean[j], c1[j], dy_mean[j], c2[j]);
@@ -437,7 +247,7 @@ __device__ __forceinline__ void ApplyPlanes(const Args<T>& a, const ChannelSpan&
   const double c1 = a.coef[span.c];
   const double dy_mean = a.coef[a.channels + span.c];
   const double c2 = a.coef[2 * a.channels + span.c];
-  SweepPlanes<T, V>(a, span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
+  SweepPlanes<T, V>(a, a.DyAndX(), span, [&](const Vec<T, V>& dy, const Vec<T, V>& x, int64_t offset) {
     Vec<T, V> dx;
     for (int j = 0; j < V; ++j) {
       dx.v[j] = TrainingDx<T>(Load(dy.v[j]), Load(x.v[j]), mean, c1, dy_mean, c2);
@@ -490,10 +300,10 @@ __global__ void __launch_bounds__(kThreads) WholeChannelsFirst(Args<T> a, int la
 }
 
 template <typename T>
-cudaError_t LaunchFinalize(const Args<T>& a, const Plan& plan, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(CeilDiv(a.channels, plan.finalize_channels)));
+cudaError_t LaunchFinalize(const Args<T>& a, const BlockPlan& plan, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(CeilDiv(a.channels, plan.finish_channels)));
   return LaunchKernel(Finalize<T>, grid, dim3(kThreads), stream, a, plan.row_blocks,
-                      plan.finalize_channels);
+                      plan.finish_channels);
 }
 
 // The kernels of one layout and vector width.
@@ -517,7 +327,7 @@ struct LayoutKernels {
 // two or three (one or two for a stage of synchronized batch norm); the first failing launch's
 // error.
 template <typename T, int V, bool kChannelsLast>
-cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaStream_t stream) {
+cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const BlockPlan& plan, cudaStream_t stream) {
   const bool training = a.p.is_training;
   const dim3 block(kThreads);
   const int lanes = kChannelsLast ? LanesFor(s.channels / V) : plan.first_lanes;
@@ -543,13 +353,11 @@ cudaError_t LaunchAll(const Args<T>& a, const Shape& s, const Plan& plan, cudaSt
 // The vector width for one layout when the channel groups' contiguous runs (`run` elements)
 // are whole vectors and every element buffer is aligned to one; element by element otherwise.
 template <typename T, bool kChannelsLast>
-cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const Plan& plan, int64_t run,
+cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const BlockPlan& plan, int64_t run,
                          cudaStream_t stream) {
   constexpr int V = kVector<T, kChannelsLast>;
   auto vectorizable = [&](int width) {
-    const size_t bytes = width * sizeof(T);
-    return run % width == 0 && Aligned(a.t.y_backprop, bytes) && Aligned(a.t.x, bytes) &&
-           Aligned(a.t.x_backprop, bytes);
+    return Vectorizable<T>(run, width, {a.t.y_backprop, a.t.x, a.t.x_backprop});
   };
   if constexpr (kChannelsLast && sizeof(T) == 2) {
     // The wide_rows variant where both widths give a block kWarpSize lanes: then each thread
@@ -568,7 +376,7 @@ cudaError_t LaunchLayout(const Args<T>& a, const Shape& s, const Plan& plan, int
 size_t GpuScratchBytes(const Shape& shape) {
   const Shape s = shape.canonical();
   if (s.elements() == 0) return static_cast<size_t>(3 * s.channels) * sizeof(double);
-  const Plan plan(s);
+  const BlockPlan plan(s);
   return static_cast<size_t>((2 * plan.row_blocks + 3) * s.channels) * sizeof(double);
 }
 
@@ -600,7 +408,7 @@ int BatchNormGradGpu(const Params& params, const Tensors<T>& t, void* scratch, G
     return LaunchKernel(Finalize<T>, dim3(static_cast<unsigned>(CeilDiv(s.channels, kWarpSize))),
                         dim3(kThreads), stream, a, int64_t{0}, kWarpSize);
   }
-  const Plan plan(s);
+  const BlockPlan plan(s);
   a.rows_per_block = plan.rows_per_block;
   a.partial_dy = static_cast<double*>(scratch);
   a.partial_dy_xc = a.partial_dy + plan.row_blocks * s.channels;
