@@ -4,7 +4,7 @@ Compiles each CUDA source of the core for every architecture of the build (nvcc 
 `-Xptxas -v`, keeping the PTX), prints each kernel's registers and spills per architecture, and
 fails where:
   - any kernel spills registers to local memory (on any architecture);
-  - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Moments and Normalize; vector
+  - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Moments*/Normalize*; vector
     width V > 1) stores anything narrower than 8 bytes other than as one vector instruction:
     these kernels store only x_backprop or y vectors and double partials, so a 4- or 2-byte
     store is a vector split up;
@@ -37,7 +37,7 @@ PTXAS_USAGE = re.compile(
     r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 PTXAS_REGISTERS = re.compile(r"Used (\d+) registers")
 ACCESS = re.compile(r"\b(ld|st)\.global((?:\.[a-z]+)*)\.(v[24]\.)?([a-z]+\d+)\b")
-SWEEP = re.compile(r"(?:(?:Sum|Apply|Moments)Channels(?:Last|First)|Normalize)"
+SWEEP = re.compile(r"(?:Sum|Apply|Moments|Normalize)Channels(?:Last|First)"
                    r"I(?P<type>f|NS_4Half|NS_8BFloat16)E?Li(?P<width>\d+)E")
 
 Usage = collections.namedtuple("Usage", "registers stack spill_stores spill_loads")

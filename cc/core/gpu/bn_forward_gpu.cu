@@ -9,8 +9,8 @@
 //   2. Finish:  per channel, the blocks' moments combined by bn_forward.h's rule
 //      (PartSquaredDeviations, the CPU kernels' too) in a fixed tree, then the four statistics
 //      outputs and y's coefficients;
-//   3. Normalize: y = (x − mean) · scale_inv_std + offset in double, rounded once to T, in
-//      16-byte vectors where the layout and the pointers allow.
+//   3. Normalize*: y = (x − mean) · scale_inv_std + offset in double, rounded once to T, over
+//      the same blocks and walks, each thread's coefficients in registers.
 // Inference runs Finish and Normalize. The cut into blocks depends on the shape only and nothing
 // is added atomically, so two calls give the same bits. The statistics are the CPU kernels' in
 // method (double, per-part means, one combination rule), not in summation order: CPU and GPU
@@ -19,6 +19,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "cc/core/bn_forward.h"
 #include "cc/core/gpu/bn_forward_gpu.h"
@@ -29,9 +31,6 @@
 
 namespace fbn {
 namespace {
-
-// Normalize: elements per thread.
-constexpr int64_t kElementsPerThread = 8;
 
 template <typename T>
 struct ForwardArgs : SweepShape {
@@ -50,37 +49,46 @@ struct ForwardArgs : SweepShape {
   }
 };
 
-// body(j, x) for each element x of this thread's walk of its block, where j is the element's
-// channel among the thread's: V channels side by side (channels last), or its one channel.
+// This thread's walk of its block (gpu_sweeps.cuh): body(x, offset) for each vector of x, whose
+// V elements are V channels of one row (channels last) or V elements of one channel (channels
+// first).
 template <typename T, int V, bool kChannelsLast, typename Body>
-__device__ __forceinline__ void ForEachX(const ForwardArgs<T>& a, int lanes, Body&& body) {
+__device__ __forceinline__ void SweepBlock(const ForwardArgs<T>& a, int lanes, Body&& body) {
   if constexpr (kChannelsLast) {
     const RowTile tile(a, lanes, V, blockIdx.y);
-    if (!tile.active) return;
-    SweepRows<T, V>(a, a.X(), tile, [&](const Vec<T, V>& x, int64_t) {
-      for (int j = 0; j < V; ++j) body(j, Load(x.v[j]));
-    });
+    if (tile.active) SweepRows<T, V>(a, a.X(), tile, body);
   } else {
     const ChannelSpan span(a, lanes, V, blockIdx.y);
-    if (!span.active) return;
-    SweepPlanes<T, V>(a, a.X(), span, [&](const Vec<T, V>& x, int64_t) {
-      for (int j = 0; j < V; ++j) body(0, Load(x.v[j]));
-    });
+    if (span.active) SweepPlanes<T, V>(a, a.X(), span, body);
   }
 }
 
-// One block's moments of its channels: kWidth channels per lane (V channels last, one channels
-// first), `lanes` lanes. `shared`: kWidth * kThreads doubles; `part_mean`: kWidth * kWarpSize.
+// Channels of a thread's walk: the V of a vector (channels last) or one; the first of them; and
+// which of them element l of a vector belongs to.
+template <int V, bool kChannelsLast>
+constexpr int kThreadChannels = kChannelsLast ? V : 1;
+__device__ __forceinline__ int64_t FirstChannel(int lanes, int channels_per_thread) {
+  return (static_cast<int64_t>(blockIdx.x) * lanes + threadIdx.x % lanes) * channels_per_thread;
+}
+template <bool kChannelsLast>
+__device__ __forceinline__ int ChannelOf(int l) {
+  return kChannelsLast ? l : 0;
+}
+
+// One block's moments of its channels, in the threads < lanes. `shared`: kThreadChannels *
+// kThreads doubles; `part_mean`: kThreadChannels * kWarpSize.
 template <typename T, int V, bool kChannelsLast>
 __device__ __forceinline__ void BlockMoments(const ForwardArgs<T>& a, int lanes, double* shared,
                                              double* part_mean) {
-  constexpr int kWidth = kChannelsLast ? V : 1;
+  constexpr int kWidth = kThreadChannels<V, kChannelsLast>;
   const int lane = threadIdx.x % lanes;
-  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * lanes + lane) * kWidth;
+  const int64_t c0 = FirstChannel(lanes, kWidth);
   const double count = a.PartCount(blockIdx.y);
 
   double sum[kWidth] = {};
-  ForEachX<T, V, kChannelsLast>(a, lanes, [&](int j, double x) { sum[j] += x; });
+  SweepBlock<T, V, kChannelsLast>(a, lanes, [&](const Vec<T, V>& x, int64_t) {
+    for (int l = 0; l < V; ++l) sum[ChannelOf<kChannelsLast>(l)] += Load(x.v[l]);
+  });
   BlockLaneSums<kThreads>(sum, lanes, shared);
   if (static_cast<int>(threadIdx.x) < lanes) {
     for (int j = 0; j < kWidth; ++j) part_mean[lane * kWidth + j] = sum[j] / count;
@@ -88,9 +96,12 @@ __device__ __forceinline__ void BlockMoments(const ForwardArgs<T>& a, int lanes,
   __syncthreads();
   double mean[kWidth], m2[kWidth] = {};
   for (int j = 0; j < kWidth; ++j) mean[j] = part_mean[lane * kWidth + j];
-  ForEachX<T, V, kChannelsLast>(a, lanes, [&](int j, double x) {
-    const double d = x - mean[j];
-    m2[j] += d * d;
+  SweepBlock<T, V, kChannelsLast>(a, lanes, [&](const Vec<T, V>& x, int64_t) {
+    for (int l = 0; l < V; ++l) {
+      const int j = ChannelOf<kChannelsLast>(l);
+      const double d = Load(x.v[l]) - mean[j];
+      m2[j] += d * d;
+    }
   });
   BlockLaneSums<kThreads>(m2, lanes, shared);
   if (static_cast<int>(threadIdx.x) < lanes && c0 < a.channels) {
@@ -171,62 +182,74 @@ __global__ void __launch_bounds__(kThreads) Finish(ForwardArgs<T> a, int channel
   a.coefficients[2 * a.channels + c] = k.offset;
 }
 
-// Each thread kElementsPerThread elements, V at a time: V consecutive elements are V channels
-// of one row (channels last) or V elements of one plane (channels first).
-template <typename T, int V>
-__global__ void __launch_bounds__(kThreads) Normalize(ForwardArgs<T> a, int64_t elements) {
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kThreads * kElementsPerThread;
-  const double* mean = a.coefficients;
-  const double* scale_inv_std = a.coefficients + a.channels;
-  const double* offset = a.coefficients + 2 * a.channels;
-  const bool channels_last = a.p.shape.channels_last;
-  for (int64_t k = 0; k < kElementsPerThread / V; ++k) {
-    const int64_t i = first + (k * kThreads + threadIdx.x) * V;
-    if (i >= elements) return;
-    const int64_t c = channels_last ? i % a.channels : (i / a.spatial) % a.channels;
-    const Vec<T, V> x = LoadVec<T, V>(a.t.x + i);
+// y of this thread's walk of its block, its channels' coefficients in registers.
+template <typename T, int V, bool kChannelsLast>
+__device__ __forceinline__ void NormalizeBlock(const ForwardArgs<T>& a, int lanes) {
+  constexpr int kWidth = kThreadChannels<V, kChannelsLast>;
+  const int64_t c0 = FirstChannel(lanes, kWidth);
+  if (c0 >= a.channels) return;
+  double mean[kWidth], scale_inv_std[kWidth], offset[kWidth];
+  for (int j = 0; j < kWidth; ++j) {
+    mean[j] = a.coefficients[c0 + j];
+    scale_inv_std[j] = a.coefficients[a.channels + c0 + j];
+    offset[j] = a.coefficients[2 * a.channels + c0 + j];
+  }
+  SweepBlock<T, V, kChannelsLast>(a, lanes, [&](const Vec<T, V>& x, int64_t at) {
     Vec<T, V> y;
     for (int l = 0; l < V; ++l) {
-      const int64_t cl = channels_last ? c + l : c;
-      y.v[l] = Round<T>((Load(x.v[l]) - mean[cl]) * scale_inv_std[cl] + offset[cl]);
+      const int j = ChannelOf<kChannelsLast>(l);
+      y.v[l] = Round<T>((Load(x.v[l]) - mean[j]) * scale_inv_std[j] + offset[j]);
     }
-    StoreVec<T, V>(a.t.y + i, y);
-  }
+    StoreVec<T, V>(a.t.y + at, y);
+  });
 }
 
-// y's vector width: 16 bytes where each vector lies in one row (channels last) or one plane
-// (channels first) and x and y are aligned to it; element by element otherwise.
-template <typename T>
-cudaError_t LaunchNormalize(const ForwardArgs<T>& a, const Shape& s, GpuStream stream) {
-  constexpr int V = 16 / sizeof(T);
-  const int64_t run = s.channels_last ? s.channels : s.spatial;
-  const bool vectors = Vectorizable<T>(run, V, {a.t.x, a.t.y});
-  const int64_t elements = s.elements();
-  const dim3 grid(CeilDiv(elements, kThreads * kElementsPerThread));
-  return vectors ? LaunchKernel(Normalize<T, V>, grid, dim3(kThreads), stream, a, elements)
-                 : LaunchKernel(Normalize<T, 1>, grid, dim3(kThreads), stream, a, elements);
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) NormalizeChannelsLast(ForwardArgs<T> a, int lanes) {
+  NormalizeBlock<T, V, true>(a, lanes);
 }
 
-// The moments of one layout, in vectors of x where its runs and its address allow.
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads) NormalizeChannelsFirst(ForwardArgs<T> a, int lanes) {
+  NormalizeBlock<T, V, false>(a, lanes);
+}
+
+// Launches kernel_of(width) over the plan's blocks, width = kVector where the layout's runs are
+// whole vectors and every buffer is aligned to one, 1 otherwise (the gradient's rule).
+template <typename T, bool kChannelsLast, typename KernelOf>
+cudaError_t LaunchSweep(const ForwardArgs<T>& a, const BlockPlan& plan,
+                        std::initializer_list<const void*> buffers, GpuStream stream,
+                        KernelOf&& kernel_of) {
+  auto launch = [&](auto width) {
+    const int64_t units = kChannelsLast ? a.channels / decltype(width)::value : a.channels;
+    const int lanes = kChannelsLast ? LanesFor(units) : plan.first_lanes;
+    const dim3 grid(static_cast<unsigned>(CeilDiv(units, lanes)),
+                    static_cast<unsigned>(plan.row_blocks));
+    return LaunchKernel(kernel_of(width), grid, dim3(kThreads), stream, a, lanes);
+  };
+  constexpr int V = kVector<T, kChannelsLast>;
+  const int64_t run = kChannelsLast ? a.channels : a.spatial;
+  return Vectorizable<T>(run, V, buffers) ? launch(std::integral_constant<int, V>())
+                                          : launch(std::integral_constant<int, 1>());
+}
+
+// Training's moments (x read), then y (x read, y written), of one layout.
 template <typename T, bool kChannelsLast>
 cudaError_t LaunchMoments(const ForwardArgs<T>& a, const BlockPlan& plan, GpuStream stream) {
-  constexpr int V = kVector<T, kChannelsLast>;
-  auto launch = [&](auto width) {
-    constexpr int kWidth = decltype(width)::value;
-    const int64_t lane_units = kChannelsLast ? a.channels / kWidth : a.channels;
-    const int lanes = kChannelsLast ? LanesFor(lane_units) : plan.first_lanes;
-    const dim3 grid(static_cast<unsigned>(CeilDiv(lane_units, lanes)),
-                    static_cast<unsigned>(plan.row_blocks));
-    if constexpr (kChannelsLast) {
-      return LaunchKernel(MomentsChannelsLast<T, kWidth>, grid, dim3(kThreads), stream, a, lanes);
-    } else {
-      return LaunchKernel(MomentsChannelsFirst<T, kWidth>, grid, dim3(kThreads), stream, a,
-                          lanes);
-    }
-  };
-  const int64_t run = kChannelsLast ? a.channels : a.spatial;
-  return Vectorizable<T>(run, V, {a.t.x}) ? launch(std::integral_constant<int, V>())
-                                          : launch(std::integral_constant<int, 1>());
+  return LaunchSweep<T, kChannelsLast>(a, plan, {a.t.x}, stream, [](auto width) {
+    constexpr int W = decltype(width)::value;
+    if constexpr (kChannelsLast) return MomentsChannelsLast<T, W>;
+    else return MomentsChannelsFirst<T, W>;
+  });
+}
+
+template <typename T, bool kChannelsLast>
+cudaError_t LaunchNormalize(const ForwardArgs<T>& a, const BlockPlan& plan, GpuStream stream) {
+  return LaunchSweep<T, kChannelsLast>(a, plan, {a.t.x, a.t.y}, stream, [](auto width) {
+    constexpr int W = decltype(width)::value;
+    if constexpr (kChannelsLast) return NormalizeChannelsLast<T, W>;
+    else return NormalizeChannelsFirst<T, W>;
+  });
 }
 
 }  // namespace
@@ -274,7 +297,8 @@ int BatchNormForwardGpu(const ForwardParams& params, const ForwardTensors<T>& t,
   error = LaunchKernel(Finish<T>, dim3(CeilDiv(s.channels, plan.finish_channels)),
                        dim3(kThreads), stream, a, plan.finish_channels);
   if (error != cudaSuccess || empty) return error;
-  return LaunchNormalize(a, s, stream);
+  return s.channels_last ? LaunchNormalize<T, true>(a, plan, stream)
+                          : LaunchNormalize<T, false>(a, plan, stream);
 }
 
 template int BatchNormForwardGpu<float>(const ForwardParams&, const ForwardTensors<float>&, void*,

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 
 #include "cc/core/bn_grad.h"
 #include "cc/core/gpu/gpu_elements.cuh"
