@@ -22,7 +22,6 @@ enum ScratchSlot {
   kForwardPartsSlot,
   kForwardColumnsSlot,
   kForwardChannelsSlot,
-  kForwardGatheredSlot,
 };
 
 template <typename E, ScratchSlot kSlot>
