@@ -47,9 +47,11 @@ constexpr int64_t kMinTileRows = 64;
 constexpr int64_t kMinFoldedWidth = 64;
 // Channels-first planes shorter than this take the rows schedule: each run costs its own two
 // lane reductions and a combination, which on 7x7 planes made the runs schedule three to four
-// times as slow as the rows (both modes, one thread, AMD EPYC Zen 5); from 8x8 planes on, the
-// runs were as fast in training and faster in inference.
-constexpr int64_t kShortPlane = 64;
+// times as slow as the rows (both modes, one thread, AMD EPYC Zen 5). Once the rows schedule
+// combined its parts channels side by side, it was also 1.4-2.1x as fast as the runs in
+// training on 8x8 to 11x11 planes (1 and 2 threads) and as fast or faster in inference; on
+// 14x14 planes the runs stayed faster at two threads and in inference.
+constexpr int64_t kShortPlane = 128;
 // A run is at most this long; a unit of runs holds about kRunsUnitElements elements of one
 // channel, in at most kMaxRunsPerUnit runs.
 constexpr int64_t kMaxRunLength = int64_t{1} << 15;
