@@ -20,7 +20,7 @@
 // bandwidth-bound sweeps, and it makes the results as exact as the inputs allow on every GPU.
 //
 // How blocks are cut and walked (and the memory-level parallelism that makes the sweeps fast) is
-// gpu_sweeps.cuh's, shared with the forward's moments.
+// gpu_sweeps.cuh's, shared with the forward's kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1,5 +1,6 @@
 // How the CUDA kernels of the core cut a tensor into blocks and walk a block's elements: the
-// gradient's sweeps (bn_grad_gpu.cu) and the forward's moments (bn_forward_gpu.cu) share it.
+// gradient's sweeps (bn_grad_gpu.cu) and the forward's moments and y (bn_forward_gpu.cu)
+// share it.
 //
 // A sweep reads one or two tensors of the same layout (x; or dy and x) in vectors of V elements
 // and hands each vector to a body, in an order fixed by the block's shape: the sums made along
