@@ -392,7 +392,8 @@ void TimeLoops(const Options& o) {
         });
       });
     });
-    // As the kernel runs where x does not fit the last-level cache: the next tile prefetched.
+    // As the kernel runs where x takes more than a quarter of the last-level cache: each column
+    // group's second pass prefetches the next group's lines, the tile's last the next tile's.
     row("forward moments, next" + w, [&](int64_t n) {
       return NsPerElement(n, [&] {
         tiles(n, [&](int64_t at, int64_t rows, int64_t cols) {

@@ -127,6 +127,10 @@ class ForwardCall {
   bool XCached() const {
     return s.elements() * static_cast<int64_t>(sizeof(T)) <= rules_.grouped_bytes;
   }
+  // Whether x takes more than a quarter of the last-level cache (the moments' prefetch rule).
+  bool XBeyondQuarterCache() const {
+    return s.elements() * static_cast<int64_t>(sizeof(T)) > rules_.grouped_bytes / 4;
+  }
   // How the rows schedule writes y (RowOrder): by groups where x fits the cache.
   RowOrder Order() const { return XCached() ? RowOrder::kByGroups : RowOrder::kInOrder; }
 
@@ -193,12 +197,14 @@ void RunRows(ForwardCall<T>& call) {
   double* left_sums = sums + row_tiles * width;
   double* left_m2s = m2s + row_tiles * width;
 
-  // Where x comes from memory and tiles are whole rows, a tile's moments prefetch the next
-  // tile in unit order, the memory right after it (the tile a thread takes next when it runs
-  // alone). Measured on a Zen 5 (core_bench --loops, "forward moments, next"): 1.1-1.5x on
-  // 256-column rows from DRAM, 1.0-1.2x on 64; mixed on column tiles of wider rows, and where
-  // the cache holds x the prefetches only take load slots.
-  const bool prefetch = !call.XCached() && column_tiles == 1;
+  // The moments prefetch (forward_loops.h) where x takes more than a quarter of the last-level
+  // cache: the L3, shared with other cores (and on AMD filled only by what the L2s evict), then
+  // no longer holds x whole from one call to the next. Measured on a Zen 5 (core_bench --op
+  // forward, training, one thread, builds alternated): 32x8x8x2048 channels last (x 16.8 MB,
+  // L3 32 MiB) 1.2x as fast while other tenants loaded the host, 1.03x on a quiet one; 6.4 MB
+  // channels last 1-3 % slower with prefetches (the L3 kept up; they took load slots), channels
+  // first within 4 % either way.
+  const bool prefetch = call.XBeyondQuarterCache();
   auto moments = [&](int64_t u) {
     if (u == tiles) {
       return call.loops.moments_rows(left_x, C, left_rows, C, left_sums, left_m2s, nullptr);
@@ -206,9 +212,9 @@ void RunRows(ForwardCall<T>& call) {
     int64_t r0, nrows, j0, ncols;
     tile(u, &r0, &nrows, &j0, &ncols);
     const T* next = nullptr;
-    if (prefetch && u + 1 < tiles) {
+    if (prefetch) {
       int64_t next_r0, next_rows, next_j0, next_cols;
-      tile(u + 1, &next_r0, &next_rows, &next_j0, &next_cols);
+      tile(std::min(u + 1, tiles - 1), &next_r0, &next_rows, &next_j0, &next_cols);
       next = call.t.x + next_r0 * width + next_j0;
     }
     const int64_t part = (u / column_tiles) * width + j0;

@@ -24,8 +24,10 @@ template <typename T>
 struct CpuForwardLoops {
   // A tile of `rows` rows of `width` columns, row r at element r * stride. Per column j:
   // sum[j] = Σ_r x, m2[j] = Σ_r (x − sum[j] / rows)², each in double, rows in order (the second
-  // pass reads the tile again, from the cache). `next`: the tile the caller takes next, whose
-  // lines at this tile's offsets the second pass prefetches, or nullptr.
+  // pass reads the tile again, from the cache). The tile is taken a few column vectors at a
+  // time; unless `next` is nullptr, each one's second pass prefetches the lines that the
+  // following one's first pass reads, the last one's those of `next`: the tile the caller takes
+  // next, or the tile itself where none follows.
   void (*moments_rows)(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
                        double* m2, const T* next);
   // One run of `length` elements: *sum = Σ x, *m2 = Σ (x − *sum / length)², element i in lane

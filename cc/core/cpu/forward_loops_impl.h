@@ -39,12 +39,12 @@ FBN_INLINE void Prefetch(const T* p, int64_t at) {
 }
 
 // Σ x and Σ (x − mean)² down `rows` rows of kVectors column vectors, mean = Σ x / rows; the
-// last vector is n lanes wide. The second pass reads the tile from the cache and, with kPrefetch,
-// asks for the same lines of the next tile at `next`: memory, idle while the pass computes, then
-// has them coming.
+// last vector is n lanes wide. The second pass reads the columns from the cache and, with
+// kPrefetch, asks for the lines at the same offsets from `ahead` (the columns whose first pass
+// comes next): memory, idle while the pass computes, then has them coming.
 template <int kVectors, bool kPrefetch, typename T>
 FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n,
-                                 double* sum, double* m2, const T* next) {
+                                 double* sum, double* m2, const T* ahead) {
   auto lanes = [n](int v) { return v == kVectors - 1 ? n : kLanes; };
   Doubles s[kVectors], q[kVectors], mean[kVectors];
   for (int v = 0; v < kVectors; ++v) s[v] = q[v] = BroadcastDoubles(0.0);
@@ -57,7 +57,7 @@ FBN_INLINE void MomentsOfColumns(const T* x, int64_t stride, int64_t rows, int n
   for (int v = 0; v < kVectors; ++v) mean[v] = PartWise(s[v], count, DivideParts{});
   for (int64_t r = 0; r < rows; ++r) {
     for (int v = 0; v < kVectors; ++v) {
-      if constexpr (kPrefetch) Prefetch(next, r * stride + v * kLanes);
+      if constexpr (kPrefetch) Prefetch(ahead, r * stride + v * kLanes);
       const Doubles d = LoadWidened(x + r * stride + v * kLanes, lanes(v)) - mean[v];
       q[v] = q[v] + d * d;
     }
@@ -72,14 +72,17 @@ template <typename T, bool kPrefetch>
 void MomentsRowsWith(const T* x, int64_t stride, int64_t rows, int64_t width, double* sum,
                      double* m2, const T* next) {
   constexpr int64_t kStep = kMomentsVectors * kLanes;
+  // The columns read after those from j on, `step` wide: the tile's next ones, else the next
+  // tile's first.
+  auto ahead = [&](int64_t j, int64_t step) { return j + step < width ? x + j + step : next; };
   int64_t j = 0;
   for (; j + kStep <= width; j += kStep) {
     MomentsOfColumns<kMomentsVectors, kPrefetch>(x + j, stride, rows, kLanes, sum + j, m2 + j,
-                                                 next + j);
+                                                 ahead(j, kStep));
   }
   for (; j < width; j += kLanes) {
     const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
-    MomentsOfColumns<1, kPrefetch>(x + j, stride, rows, n, sum + j, m2 + j, next + j);
+    MomentsOfColumns<1, kPrefetch>(x + j, stride, rows, n, sum + j, m2 + j, ahead(j, kLanes));
   }
 }
 
