@@ -1,4 +1,5 @@
-"""TF_FBN_OPS_STREAMING_MIB: where x_backprop bypasses the caches is a speed setting only.
+"""TF_FBN_OPS_STREAMING_MIB: where x_backprop (and the forward's y) bypasses the caches is a
+speed setting only.
 
 The core's own test compares non-temporal and ordinary stores loop by loop; this one checks the
 setting as a user sets it: read once per process, every value giving the same bits, a value that
@@ -13,8 +14,8 @@ import pytest
 
 from fresh_process import run_python
 
-# x_backprop of each case, as hex digests, for every layout and mode, and once in place
-# (x_backprop over a dead y_backprop, which never streams).
+# x_backprop and the forward's y of each case, as hex digests, for every layout and mode, and
+# once in place (x_backprop over a dead y_backprop, which never streams).
 DIGESTS = """
     import hashlib, json
     import numpy as np
@@ -36,6 +37,11 @@ DIGESTS = """
                 is_training=is_training)
             key = f"{shape} {data_format} {is_training}"
             digests[key] = hashlib.sha256(out.x_backprop.numpy().tobytes()).hexdigest()
+            forward = tf_fbn_ops.fused_batch_norm_forward_v3(
+                x, np.full(channels, 1.5, np.float32), np.full(channels, 0.5, np.float32),
+                np.full(channels, 0.25, np.float32), np.full(channels, 0.75, np.float32),
+                data_format=data_format, is_training=is_training)
+            digests["forward " + key] = hashlib.sha256(forward.y.numpy().tobytes()).hexdigest()
 
     @tf.function
     def in_place(dy, x):

@@ -218,7 +218,8 @@ void TimeCalls(const Options& o) {
             continue;
           }
           auto core = [&](int64_t streaming_footprint) {
-            const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes};
+            const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes,
+                                    streaming_footprint};
             return [&, rules] { BatchNormGradCpuWithLoops(p, t, parallel_for, loops, rules); };
           };
           std::vector<std::function<void()>> fns = {

@@ -39,13 +39,14 @@ class SpinPool {
   // The core's ParallelFor: units one at a time from a shared counter, as TensorFlow's adapter
   // hands them out (cc/core/cpu/pool_parallel_for.h).
   ParallelFor AsParallelFor() {
-    return [this](int64_t count, int64_t, const RangeFn& fn) {
+    auto run = [this](int64_t count, int64_t, const RangeFn& fn) {
       if (threads_ == 1 || count == 1) return fn(0, count);
       std::atomic<int64_t> next{0};
       Run([&](int) {
         for (int64_t u = next++; u < count; u = next++) fn(u, u + 1);
       });
     };
+    return {run, threads_};
   }
 
  private:

@@ -163,12 +163,19 @@ FBN_HOST_DEVICE double ScaledSumInTfOrder(const Shape& s, const Tensors<T>& t, i
   return sum;
 }
 
-// Runs fn(begin, end) over sub-ranges covering [0, count) exactly once, possibly in parallel.
-// cost_per_unit is a rough cycle estimate so a pool can decide how finely to split. The core
-// never depends on how the range is split: every unit writes only its own outputs.
+// Runs fn(begin, end) over sub-ranges covering [0, count) exactly once, possibly in parallel,
+// on at most `threads` threads. cost_per_unit is a rough cycle estimate so a pool can decide how
+// finely to split. The core never depends on how the range is split: every unit writes only its
+// own outputs. `threads` (the pool's size) may choose how a call uses memory, never its bits.
 using RangeFn = std::function<void(int64_t begin, int64_t end)>;
-using ParallelFor =
-    std::function<void(int64_t count, int64_t cost_per_unit, const RangeFn& fn)>;
+struct ParallelFor {
+  std::function<void(int64_t count, int64_t cost_per_unit, const RangeFn& fn)> run;
+  int64_t threads = 1;
+
+  void operator()(int64_t count, int64_t cost_per_unit, const RangeFn& fn) const {
+    run(count, cost_per_unit, fn);
+  }
+};
 
 // A ParallelFor that runs everything on the calling thread.
 ParallelFor SerialFor();

@@ -31,7 +31,7 @@ uint64_t Hash(uint64_t h, const void* data, size_t bytes) {
 
 // Ranges run on three threads, in reverse order, so the split is not the serial one.
 ParallelFor ThreeThreads() {
-  return [](int64_t count, int64_t, const RangeFn& fn) {
+  auto run = [](int64_t count, int64_t, const RangeFn& fn) {
     const int64_t step = std::max<int64_t>(1, (count + 6) / 7);
     std::vector<std::pair<int64_t, int64_t>> ranges;
     for (int64_t b = 0; b < count; b += step) ranges.emplace_back(b, std::min(count, b + step));
@@ -44,6 +44,7 @@ ParallelFor ThreeThreads() {
     }
     for (auto& t : threads) t.join();
   };
+  return {run, 3};
 }
 
 template <typename T>

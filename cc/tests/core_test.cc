@@ -370,6 +370,8 @@ void TestLastLevelCacheIsSysfs() {
   if (std::getenv("TF_FBN_OPS_STREAMING_MIB") == nullptr) {
     testing::Check(StreamingFootprintBytes() == std::min(kStreamingBytes, LastLevelCacheBytes()),
                    "x_backprop streams from 12 MiB or the last-level cache, whichever is less");
+    testing::Check(ParallelStreamingFootprintBytes() == LastLevelCacheBytes() / 4 * 3,
+                   "on several threads the forward's y streams from 3/4 of the last-level cache");
   }
 }
 

@@ -195,7 +195,7 @@ inline void CheckErrorMeasureCatchesSpecials() {
 // A ParallelFor that cuts [0, count) into `pieces` ranges and runs them on `threads` real
 // threads in reverse order: if any result depended on the split, the bits would change.
 inline ParallelFor ThreadedFor(int threads, int pieces) {
-  return [threads, pieces](int64_t count, int64_t, const RangeFn& fn) {
+  auto run = [threads, pieces](int64_t count, int64_t, const RangeFn& fn) {
     std::vector<std::pair<int64_t, int64_t>> ranges;
     const int64_t step = std::max<int64_t>(1, (count + pieces - 1) / pieces);
     for (int64_t b = 0; b < count; b += step) ranges.emplace_back(b, std::min(count, b + step));
@@ -208,6 +208,7 @@ inline ParallelFor ThreadedFor(int threads, int pieces) {
     }
     for (auto& th : pool) th.join();
   };
+  return {run, threads};
 }
 
 // For channels on the fast path (kFastPathRest elements or more) the sums are built from float

@@ -115,13 +115,15 @@ class ForwardCall {
   }
 
   // Whether y is written with non-temporal stores (streaming_stores.h): not in place (x's lines
-  // are in the cache), and only where every row or run starts a cache line, since only
-  // aligned vectors stream.
+  // are in the cache), only where every row or run starts a cache line, since only aligned
+  // vectors stream, and beyond the footprint the rules set for the threads the call may use.
   bool StreamY(int64_t row_elements) const {
     constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
     if (t.y == t.x || reinterpret_cast<uintptr_t>(t.y) % 64 != 0) return false;
     if (row_elements % kLineElements != 0) return false;
-    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > rules_.streaming_footprint;
+    const int64_t footprint = parallel_for_.threads > 1 ? rules_.parallel_streaming_footprint
+                                                         : rules_.streaming_footprint;
+    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > footprint;
   }
   // Whether x fits the last-level cache as the rules size it (MemoryRules::grouped_bytes).
   bool XCached() const {

@@ -806,9 +806,10 @@ void RunExactRuns(const Call<T, double>& call) {
 }  // namespace
 
 ParallelFor SerialFor() {
-  return [](int64_t count, int64_t /*cost_per_unit*/, const RangeFn& fn) {
-    if (count > 0) fn(0, count);
-  };
+  return {[](int64_t count, int64_t /*cost_per_unit*/, const RangeFn& fn) {
+            if (count > 0) fn(0, count);
+          },
+          1};
 }
 
 template <typename T>

@@ -45,8 +45,8 @@ struct SharedUnits {
 }  // namespace
 
 ParallelFor PoolParallelFor(int64_t threads, ScheduleFn schedule) {
-  return [threads, schedule = std::move(schedule)](int64_t count, int64_t /*cost_per_unit*/,
-                                                   const RangeFn& fn) {
+  auto run = [threads, schedule = std::move(schedule)](int64_t count, int64_t /*cost_per_unit*/,
+                                                       const RangeFn& fn) {
     const int64_t workers = std::min<int64_t>(threads, count);
     if (workers <= 1) {
       if (count > 0) fn(0, count);
@@ -64,6 +64,7 @@ ParallelFor PoolParallelFor(int64_t threads, ScheduleFn schedule) {
     units->WaitForAll();
     units->Release();
   };
+  return {std::move(run), std::max<int64_t>(1, threads)};
 }
 
 }  // namespace fbn

@@ -49,20 +49,37 @@ int64_t DetectLastLevelCacheBytes() {
   return largest > 0 ? largest : kUnknownCacheBytes;
 }
 
-int64_t DetectStreamingFootprintBytes() {
+// The threshold TF_FBN_OPS_STREAMING_MIB sets, or -1 where it is unset or not a valid value.
+int64_t ReadStreamingBytesFromEnvironment() {
   if (const char* mib = std::getenv("TF_FBN_OPS_STREAMING_MIB")) {
     char* end = nullptr;
     const long long value = std::strtoll(mib, &end, 10);
     if (end != mib && *end == '\0' && value >= 0 && value <= (int64_t{1} << 40)) {
       return static_cast<int64_t>(value) << 20;
     }
-    // The core has no logger; one line on stderr, once per process, as the setting is read once.
+    // The core has no logger; one line on stderr, once per process.
     std::fprintf(stderr,
                  "tf-fbn-ops: TF_FBN_OPS_STREAMING_MIB=\"%s\" is not a whole number of MiB "
                  "(0 to 2^40); ignored, the CPU's own threshold is used\n",
                  mib);
   }
-  return std::min(kStreamingBytes, LastLevelCacheBytes());
+  return -1;
+}
+
+// Read once, so that a bad value is reported once.
+int64_t StreamingBytesFromEnvironment() {
+  static const int64_t bytes = ReadStreamingBytesFromEnvironment();
+  return bytes;
+}
+
+int64_t DetectStreamingFootprintBytes() {
+  const int64_t set = StreamingBytesFromEnvironment();
+  return set >= 0 ? set : std::min(kStreamingBytes, LastLevelCacheBytes());
+}
+
+int64_t DetectParallelStreamingFootprintBytes() {
+  const int64_t set = StreamingBytesFromEnvironment();
+  return set >= 0 ? set : LastLevelCacheBytes() / 4 * 3;
 }
 
 }  // namespace
@@ -77,7 +94,14 @@ int64_t StreamingFootprintBytes() {
   return bytes;
 }
 
-MemoryRules KernelMemoryRules() { return {StreamingFootprintBytes(), LastLevelCacheBytes()}; }
+int64_t ParallelStreamingFootprintBytes() {
+  static const int64_t bytes = DetectParallelStreamingFootprintBytes();
+  return bytes;
+}
+
+MemoryRules KernelMemoryRules() {
+  return {StreamingFootprintBytes(), LastLevelCacheBytes(), ParallelStreamingFootprintBytes()};
+}
 
 void FenceStreamingStores() {
 #if defined(__SSE2__)

@@ -25,6 +25,17 @@ constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
 int64_t StreamingFootprintBytes();
 constexpr int64_t kStreamingBytes = int64_t{12} << 20;
 
+// Where a call may run on several threads, the forward streams y only once x and y together
+// take more than three quarters of the last-level cache (or what TF_FBN_OPS_STREAMING_MIB
+// sets). Below that, ordinary stores keep y in the L3 for its reader, and each core reads and
+// writes its own lines there; streamed, every thread's y goes to DRAM, a bandwidth the cores
+// share. On a Zen 5 with a 32 MiB L3 at two threads (core_bench, channels last and first), y
+// stored was 1.2-1.7x as fast as streamed where x and y took 12.8-21 MB, even at 25.7 MB (last
+// faster stored, first streamed) and 1.1-1.3x slower at 33.5 MB. At one thread streaming from
+// kStreamingBytes stayed the faster rule (one core's traffic to the L3 is the limit there, and
+// a store first reads its line), as it did for the gradient at one and two threads.
+int64_t ParallelStreamingFootprintBytes();
+
 // The sizes that choose how a call uses memory, never its bits: x_backprop (or y) is written
 // with non-temporal stores where the call's tensors take more than streaming_footprint bytes
 // (and its other conditions hold), and rows go RowOrder::kByGroups (cpu_loops.h) where the
@@ -34,10 +45,11 @@ constexpr int64_t kStreamingBytes = int64_t{12} << 20;
 struct MemoryRules {
   int64_t streaming_footprint;
   int64_t grouped_bytes;
+  int64_t parallel_streaming_footprint;  // the forward's on several threads
 };
-// The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes()}, streaming as above
-// and groups where the reads fit the last-level cache as this machine reports its size (tests
-// and benchmarks pass others).
+// The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes(),
+// ParallelStreamingFootprintBytes()}, streaming as above and groups where the reads fit the
+// last-level cache as this machine reports its size (tests and benchmarks pass others).
 MemoryRules KernelMemoryRules();
 
 // Orders the calling thread's non-temporal stores before its later stores, so that a thread
