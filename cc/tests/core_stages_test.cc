@@ -23,6 +23,7 @@ using namespace testing;  // NOLINT: the shared test vocabulary
 
 // Ordinary stores, rows by groups (the stages' bits do not depend on either).
 constexpr MemoryRules kNeverStream{std::numeric_limits<int64_t>::max(),
+                                   std::numeric_limits<int64_t>::max(),
                                    std::numeric_limits<int64_t>::max()};
 
 template <typename T>

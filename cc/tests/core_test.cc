@@ -141,8 +141,8 @@ void TestConversions() {
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 // Ordinary stores and rows by groups; the other three combinations of MemoryRules.
-constexpr MemoryRules kNeverStream{kNever, kNever};
-constexpr MemoryRules kOtherMemoryRules[] = {{0, kNever}, {kNever, 0}, {0, 0}};
+constexpr MemoryRules kNeverStream{kNever, kNever, kNever};
+constexpr MemoryRules kOtherMemoryRules[] = {{0, kNever, 0}, {kNever, 0, kNever}, {0, 0, 0}};
 
 template <typename T>
 void TestIsaCopiesAgree() {
