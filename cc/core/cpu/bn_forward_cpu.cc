@@ -114,25 +114,20 @@ class ForwardCall {
     RunSweeps(parallel_for_, plan, moments, finish, normalize);
   }
 
-  // Whether y is written with non-temporal stores (streaming_stores.h): not in place (x's lines
-  // are in the cache), only where every row or run starts a cache line, since only aligned
-  // vectors stream, and beyond the footprint the rules set for the threads the call may use.
+  // Whether y is written with non-temporal stores (streaming_stores.h): where it can be, with
+  // rows (or runs) of row_elements, beyond the footprint the rules set for the threads the call
+  // may use.
   bool StreamY(int64_t row_elements) const {
-    constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
-    if (t.y == t.x || reinterpret_cast<uintptr_t>(t.y) % 64 != 0) return false;
-    if (row_elements % kLineElements != 0) return false;
     const int64_t footprint = parallel_for_.threads > 1 ? rules_.parallel_streaming_footprint
                                                          : rules_.streaming_footprint;
-    return 2 * s.elements() * static_cast<int64_t>(sizeof(T)) > footprint;
+    return CanStream(t.y, t.x, row_elements * kElementBytes) && 2 * XBytes() > footprint;
   }
   // Whether x fits the last-level cache as the rules size it (MemoryRules::grouped_bytes).
-  bool XCached() const {
-    return s.elements() * static_cast<int64_t>(sizeof(T)) <= rules_.grouped_bytes;
-  }
+  bool XCached() const { return XBytes() <= rules_.grouped_bytes; }
   // Whether x takes more than a quarter of the last-level cache (the moments' prefetch rule).
-  bool XBeyondQuarterCache() const {
-    return s.elements() * static_cast<int64_t>(sizeof(T)) > rules_.grouped_bytes / 4;
-  }
+  bool XBeyondQuarterCache() const { return XBytes() > rules_.grouped_bytes / 4; }
+  int64_t XBytes() const { return s.elements() * kElementBytes; }
+  static constexpr int64_t kElementBytes = sizeof(T);
   // How the rows schedule writes y (RowOrder): by groups where x fits the cache.
   RowOrder Order() const { return XCached() ? RowOrder::kByGroups : RowOrder::kInOrder; }
 

@@ -157,7 +157,7 @@ class Call {
         training(params.is_training),
         stage(params.stage),
         stream_dx(StreamDx(s, t, rules.streaming_footprint)),
-        dx_order(3 * s.elements() * static_cast<int64_t>(sizeof(T)) <= rules.grouped_bytes
+        dx_order(3 * s.elements() * kElementBytes <= rules.grouped_bytes
                      ? RowOrder::kByGroups
                      : RowOrder::kInOrder),
         params_(params),
@@ -269,18 +269,14 @@ class Call {
   F* xc_coef = nullptr;
 
  private:
-  // Whether x_backprop is streamed (streaming_stores.h). Never in place: each line was just
-  // read as y_backprop's and is in the cache. Never where a row or plane does not fill whole
-  // cache lines: only aligned vectors can be streamed, and a line written partly by streaming
-  // stores and partly by ordinary ones costs more than either (measured: channels-first 7x7
-  // planes 10-18 % slower streamed).
+  // Whether x_backprop is streamed (streaming_stores.h): where it can be, beyond the footprint
+  // of the call's three tensors.
   static bool StreamDx(const Shape& s, const Tensors<T>& t, int64_t streaming_footprint) {
-    constexpr int64_t kLineElements = 64 / static_cast<int64_t>(sizeof(T));
-    if (t.x_backprop == t.y_backprop) return false;
-    if (reinterpret_cast<uintptr_t>(t.x_backprop) % 64 != 0) return false;
-    if ((s.channels_last ? s.channels : s.spatial) % kLineElements != 0) return false;
-    return 3 * s.elements() * static_cast<int64_t>(sizeof(T)) > streaming_footprint;
+    const int64_t row = s.channels_last ? s.channels : s.spatial;
+    return CanStream(t.x_backprop, t.y_backprop, row * kElementBytes) &&
+           3 * s.elements() * kElementBytes > streaming_footprint;
   }
+  static constexpr int64_t kElementBytes = sizeof(T);
 
   SweepPlan PlanOf(int64_t count, int64_t unit_elements) const {
     return {count, unit_elements * kCyclesPerElement, s.elements() <= kInlineElements};

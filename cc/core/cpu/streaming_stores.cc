@@ -72,14 +72,10 @@ int64_t StreamingBytesFromEnvironment() {
   return bytes;
 }
 
-int64_t DetectStreamingFootprintBytes() {
+// TF_FBN_OPS_STREAMING_MIB's threshold where it is set, else `own`.
+int64_t StreamingBytesOr(int64_t own) {
   const int64_t set = StreamingBytesFromEnvironment();
-  return set >= 0 ? set : std::min(kStreamingBytes, LastLevelCacheBytes());
-}
-
-int64_t DetectParallelStreamingFootprintBytes() {
-  const int64_t set = StreamingBytesFromEnvironment();
-  return set >= 0 ? set : LastLevelCacheBytes() / 4 * 3;
+  return set >= 0 ? set : own;
 }
 
 }  // namespace
@@ -90,12 +86,13 @@ int64_t LastLevelCacheBytes() {
 }
 
 int64_t StreamingFootprintBytes() {
-  static const int64_t bytes = DetectStreamingFootprintBytes();
+  static const int64_t bytes =
+      StreamingBytesOr(std::min(kStreamingBytes, LastLevelCacheBytes()));
   return bytes;
 }
 
 int64_t ParallelStreamingFootprintBytes() {
-  static const int64_t bytes = DetectParallelStreamingFootprintBytes();
+  static const int64_t bytes = StreamingBytesOr(LastLevelCacheBytes() / 4 * 3);
   return bytes;
 }
 
