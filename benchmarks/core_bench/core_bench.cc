@@ -11,8 +11,9 @@
 // Options: --isa avx512|avx2|baseline (default: this CPU's), --threads 1,2 (default), --rounds
 // N (7), --layouts LF (L: channels last, F: channels first), --modes TI (training, inference),
 // --stores auto|both (both: also x_backprop always and never streamed), --op gradient|forward
-// (forward: the forward ops' kernel, timed alone). Shapes are written channels-last (NxHxWxC or
-// NxDxHxWxC).
+// (forward: the forward ops' kernel, timed alone), --page-offsets dy,x,dx (bytes into a page
+// of the three large tensors; default 64,64,64, as TensorFlow's default build places them).
+// Shapes are written channels-last (NxHxWxC or NxDxHxWxC).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -40,7 +41,31 @@ namespace fbn {
 namespace bench {
 namespace {
 
-using Floats = CacheLineVector<float>;  // tensors as TensorFlow allocates them
+using Floats = CacheLineVector<float>;  // small arrays, on a cache line as TensorFlow's
+
+// The three large tensors (x, y_backprop and x_backprop, or the forward's x and y), each
+// `offset` bytes into a 4 KiB page. TensorFlow's default build (oneDNN's allocator) starts all
+// three 64 bytes into their pages, where the rows loops' lines compete most for the L1's sets:
+// on a Zen 5 the gradient's channels-last calls took up to 1.35x as long as with the tensors
+// at 64, 1408 and 2752 (benchmarks/RESULTS.md, "Where the gradient's second thread goes on the
+// Zen 5"). The bench places them as TensorFlow does unless --page-offsets says otherwise.
+class PagedFloats {
+ public:
+  static constexpr int64_t kPageBytes = 4096;
+  PagedFloats(int64_t n, int64_t offset, float fill = 0.0f)
+      : storage_(n + kPageBytes / static_cast<int64_t>(sizeof(float))) {
+    const uintptr_t start = reinterpret_cast<uintptr_t>(storage_.data());
+    const uintptr_t page = (start + kPageBytes - 1) & ~uintptr_t{kPageBytes - 1};
+    data_ = reinterpret_cast<float*>(page + offset);
+    std::fill(data_, data_ + n, fill);
+  }
+  float* data() { return data_; }
+  float& operator[](int64_t i) { return data_[i]; }
+
+ private:
+  Floats storage_;
+  float* data_;
+};
 
 double NowUs() {
   return std::chrono::duration<double, std::micro>(
@@ -110,6 +135,7 @@ struct Options {
   bool both_stores = false;
   bool forward = false;
   bool loops = false;
+  std::vector<int64_t> page_offsets = {64, 64, 64};  // dy, x, dx: as TensorFlow places them
   std::vector<std::vector<int64_t>> shapes;
 };
 
@@ -155,6 +181,18 @@ Options Parse(int argc, char** argv) {
     } else if (arg == "--op") {
       o.forward = std::strcmp(value, "forward") == 0;
       ++i;
+    } else if (arg == "--page-offsets") {
+      o.page_offsets = Split(value, ',');
+      const bool valid = o.page_offsets.size() == 3 &&
+                         std::all_of(o.page_offsets.begin(), o.page_offsets.end(), [](int64_t b) {
+                           return b >= 0 && b < PagedFloats::kPageBytes && b % 64 == 0;
+                         });
+      if (!valid) {
+        std::fprintf(stderr, "--page-offsets takes three byte offsets dy,x,dx: multiples of 64 "
+                             "below 4096, e.g. 64,1408,2752\n");
+        std::exit(2);
+      }
+      ++i;
     } else {
       o.shapes.push_back(Split(arg, 'x'));
     }
@@ -168,9 +206,12 @@ Options Parse(int argc, char** argv) {
 }
 
 void TimeCalls(const Options& o) {
-  std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB\n",
+  std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB, "
+              "tensors at page offsets %lld/%lld/%lld\n",
               CpuIsaName(o.isa), static_cast<long long>(LastLevelCacheBytes() >> 20),
-              static_cast<long long>(StreamingFootprintBytes() >> 20));
+              static_cast<long long>(StreamingFootprintBytes() >> 20),
+              static_cast<long long>(o.page_offsets[0]), static_cast<long long>(o.page_offsets[1]),
+              static_cast<long long>(o.page_offsets[2]));
   std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s\n", "shape", "fmt", "mode", "thr", "core us",
               "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "");
   const CpuLoops<float>& loops = LoopsFor<float>(o.isa);
@@ -181,7 +222,8 @@ void TimeCalls(const Options& o) {
       for (char mode : o.modes) {
         const Shape shape{dims[0], dims.back(), spatial, layout == 'L'};
         const int64_t n = shape.elements(), C = shape.channels;
-        Floats dy(n), x(n), dx(n), scale(C), mean(C), variance(C), ds(C), doff(C);
+        PagedFloats dy(n, o.page_offsets[0]), x(n, o.page_offsets[1]), dx(n, o.page_offsets[2]);
+        Floats scale(C), mean(C), variance(C), ds(C), doff(C);
         for (int64_t i = 0; i < n; ++i) {
           dy[i] = static_cast<float>(i * 7919 % 97) * 0.01f - 0.4f;
           x[i] = static_cast<float>(i * 104729 % 89) * 0.02f;
@@ -259,7 +301,9 @@ double NsPerElement(int64_t elements, const Fn& fn) {
 // arithmetic shows (small sizes) and where memory hides it.
 void TimeLoops(const Options& o) {
   const int64_t sizes[] = {int64_t{1} << 12, int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 23};
-  std::printf("ns per element, one thread, isa %s; tensor sizes", CpuIsaName(o.isa));
+  std::printf("ns per element, one thread, isa %s, page offsets %lld/%lld/%lld; tensor sizes",
+              CpuIsaName(o.isa), static_cast<long long>(o.page_offsets[0]),
+              static_cast<long long>(o.page_offsets[1]), static_cast<long long>(o.page_offsets[2]));
   for (int64_t s : sizes) std::printf(" %lld KiB", static_cast<long long>(s * 4 >> 10));
   std::printf("\n");
   const CpuLoops<float>& L = LoopsFor<float>(o.isa);
@@ -274,7 +318,8 @@ void TimeLoops(const Options& o) {
     std::printf("\n");
     std::fflush(stdout);
   };
-  Floats dy(sizes[3], 0.1f), x(sizes[3], 0.2f), dx(sizes[3]);
+  PagedFloats dy(sizes[3], o.page_offsets[0], 0.1f), x(sizes[3], o.page_offsets[1], 0.2f),
+      dx(sizes[3], o.page_offsets[2]);
   for (int64_t width : {64, 128, 256, 1024, 2048}) {
     const std::string w = " width " + std::to_string(width);
     // Windows of about 32K elements and at least 128 rows, as the kernel's blocks.
