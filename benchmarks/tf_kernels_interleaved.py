@@ -8,10 +8,10 @@ the stock (Eigen) kernel with TF_ENABLE_ONEDNN_OPTS=0.
     TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/tf_kernels_interleaved.py ...
     .venv/bin/python benchmarks/tf_kernels_interleaved.py --op forward 16x14x14x512
 
-Shapes are NHWC (N x spatial... x C); --formats NHWC,NCHW also times the channels-first layout
-of the same tensors (TensorFlow's stock kernel refuses channels-first inference: n/a). Each cell:
-median over --rounds rounds of each round's median per-call time (eager calls, ~20 ms of calls
-per round and implementation).
+Shapes are NHWC (N x spatial... x C, 4-D or 5-D); --formats NHWC,NCHW also times the
+channels-first layout of the same tensors, as NDHWC and NCDHW for 5-D shapes (TensorFlow's stock
+kernel refuses channels-first inference: n/a). Each cell: median over --rounds rounds of each
+round's median per-call time (eager calls, ~20 ms of calls per round and implementation).
 """
 
 import argparse
@@ -53,8 +53,10 @@ def main() -> None:
         dims = [int(v) for v in text.split("x")]
         channels = dims[-1]
         mbytes = np.prod(dims) * 4 / 1e6
-        for data_format in args.formats.split(","):
-            shape = dims if data_format == "NHWC" else [dims[0], channels, *dims[1:-1]]
+        for layout in args.formats.split(","):
+            shape = dims if layout == "NHWC" else [dims[0], channels, *dims[1:-1]]
+            # A 5-D shape takes the 5-D name of the same layout (NDHWC, NCDHW).
+            data_format = layout if len(dims) == 4 else {"NHWC": "NDHWC", "NCHW": "NCDHW"}[layout]
             rng = np.random.default_rng(0)
             x = tf.constant(rng.standard_normal(shape, dtype=np.float32))
             scale = tf.constant(rng.random(channels, dtype=np.float32) + 0.5)
