@@ -8,6 +8,13 @@ the stock (Eigen) kernel with TF_ENABLE_ONEDNN_OPTS=0.
     TF_ENABLE_ONEDNN_OPTS=0 .venv/bin/python benchmarks/tf_kernels_interleaved.py ...
     .venv/bin/python benchmarks/tf_kernels_interleaved.py --op forward 16x14x14x512
 
+With --chain N each timed call is N calls in a row, each fed the one before's output (the
+forward's y as the next x, the gradient's x_backprop as the next y_backprop), and the cell is
+the time per call: a call then reads its input from wherever the call before left it, as a
+network's next layer does, where repeated calls on one input read it cache-warm. The two can
+disagree on what helps: on an Intel Xeon with a 300 MiB L3 the forward's y streamed past the
+caches made repeated calls faster and chained ones slower (benchmarks/RESULTS.md).
+
 Shapes are NHWC (N x spatial... x C, 4-D or 5-D); --formats NHWC,NCHW also times the
 channels-first layout of the same tensors, as NDHWC and NCDHW for 5-D shapes (TensorFlow's stock
 kernel refuses channels-first inference: n/a). Each cell: median over --rounds rounds of each
@@ -42,13 +49,18 @@ def main() -> None:
     parser.add_argument("--formats", default="NHWC", help="NHWC, NCHW or both (comma-separated)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--op", choices=("gradient", "forward"), default="gradient")
+    parser.add_argument("--chain", type=int, default=1,
+                        help="calls per timed call, each fed the one before's output (default 1)")
     args = parser.parse_args()
+    if args.chain < 1:
+        parser.error("--chain takes a count of 1 or more")
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     kernel = "stock" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "oneDNN"
     print(f"{cpu_model()}; TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} "
           f"thread(s); "
-          f"{args.op}; ratio = TensorFlow's time / ours (above 1: ours is faster)")
+          f"{args.op}{f', chains of {args.chain} calls, time per call' if args.chain > 1 else ''}; "
+          f"ratio = TensorFlow's time / ours (above 1: ours is faster)")
     for text in args.shapes:
         dims = [int(v) for v in text.split("x")]
         channels = dims[-1]
@@ -73,9 +85,15 @@ def main() -> None:
             for training in (True, False):
                 ops = dict(zip(("ours", "tf"), pair))
 
+                # The input a chained call takes from the one before: y or x_backprop.
+                fed = "x" if args.op == "forward" else "y_backprop"
+
                 def call(op, training=training, data_format=data_format):
-                    return op(**tensors, epsilon=1e-3, data_format=data_format,
-                              is_training=training)
+                    inputs = dict(tensors)
+                    for _ in range(args.chain):
+                        inputs[fed] = op(**inputs, epsilon=1e-3, data_format=data_format,
+                                         is_training=training)[0]
+                    return inputs[fed]
                 fns = {name: (lambda op=op: call(op)) for name, op in ops.items()}
                 for name in list(fns):
                     try:
@@ -88,7 +106,8 @@ def main() -> None:
                 for _ in range(args.rounds):
                     for name, fn in fns.items():
                         per_round[name].append(timed(fn, calls))
-                us = {name: statistics.median(v) * 1e6 for name, v in per_round.items()}
+                us = {name: statistics.median(v) * 1e6 / args.chain
+                      for name, v in per_round.items()}
                 theirs = f"{us['tf']:9.0f} us  {us['tf'] / us['ours']:5.2f}x" if "tf" in us \
                     else "      n/a"
                 print(f"{text:>16} {mbytes:5.1f} MB {data_format} "

@@ -10,9 +10,10 @@
 //
 // Options: --isa avx512|avx2|baseline (default: this CPU's), --threads 1,2 (default), --rounds
 // N (7), --layouts LF (L: channels last, F: channels first), --modes TI (training, inference),
-// --stores auto|both (both: also x_backprop always and never streamed), --op gradient|forward
-// (forward: the forward ops' kernel, timed alone), --page-offsets dy,x,dx (bytes into a page
-// of the three large tensors; default 64,64,64, as TensorFlow's default build places them).
+// --stores auto|both (both: also x_backprop, or the forward's y, always and never streamed),
+// --op gradient|forward (forward: the forward ops' kernel, timed alone), --page-offsets dy,x,dx
+// (bytes into a page of the three large tensors; default 64,64,64, as TensorFlow's default
+// build places them).
 // Shapes are written channels-last (NxHxWxC or NxDxHxWxC).
 #include <algorithm>
 #include <chrono>
@@ -206,15 +207,19 @@ Options Parse(int argc, char** argv) {
 }
 
 void TimeCalls(const Options& o) {
-  std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB, "
-              "tensors at page offsets %lld/%lld/%lld\n",
+  std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB (the "
+              "forward's y beyond %lld MiB, on several threads %lld MiB), tensors at page "
+              "offsets %lld/%lld/%lld\n",
               CpuIsaName(o.isa), static_cast<long long>(LastLevelCacheBytes() >> 20),
               static_cast<long long>(StreamingFootprintBytes() >> 20),
+              static_cast<long long>(ForwardStreamingFootprintBytes() >> 20),
+              static_cast<long long>(ParallelStreamingFootprintBytes() >> 20),
               static_cast<long long>(o.page_offsets[0]), static_cast<long long>(o.page_offsets[1]),
               static_cast<long long>(o.page_offsets[2]));
   std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s\n", "shape", "fmt", "mode", "thr", "core us",
               "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "");
   const CpuLoops<float>& loops = LoopsFor<float>(o.isa);
+  const CpuForwardLoops<float>& forward_loops = ForwardLoopsFor<float>(o.isa);
   for (const auto& dims : o.shapes) {
     int64_t spatial = 1;
     for (size_t d = 1; d + 1 < dims.size(); ++d) spatial *= dims[d];
@@ -254,14 +259,29 @@ void TimeCalls(const Options& o) {
           std::printf("%-16s %-4s %-5s %3d", name.c_str(), layout == 'L' ? "last" : "first",
                       mode == 'T' ? "train" : "infer", threads);
           if (o.forward) {  // timed alone: the streaming kernel moves the gradient's bytes
-            const std::vector<double> us =
-                TimeInterleaved({[&] { BatchNormForwardCpu(fp, ft, parallel_for); }}, o.rounds);
-            std::printf(" %10.1f %10s %7s\n", us[0], "-", "-");
+            auto forward = [&](int64_t streaming_footprint) {
+              const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes,
+                                      streaming_footprint, streaming_footprint};
+              return [&, rules] {
+                BatchNormForwardCpuWithLoops(fp, ft, parallel_for, forward_loops, rules);
+              };
+            };
+            std::vector<std::function<void()>> fns = {
+                [&] { BatchNormForwardCpu(fp, ft, parallel_for); }};
+            if (o.both_stores) {
+              fns.push_back(forward(0));
+              fns.push_back(forward(std::numeric_limits<int64_t>::max()));
+            }
+            const std::vector<double> us = TimeInterleaved(fns, o.rounds);
+            std::printf(" %10.1f %10s %7s", us[0], "-", "-");
+            if (o.both_stores) std::printf("  %11.1f %9.1f", us[1], us[2]);
+            std::printf("\n");
+            std::fflush(stdout);
             continue;
           }
           auto core = [&](int64_t streaming_footprint) {
             const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes,
-                                    streaming_footprint};
+                                    streaming_footprint, streaming_footprint};
             return [&, rules] { BatchNormGradCpuWithLoops(p, t, parallel_for, loops, rules); };
           };
           std::vector<std::function<void()>> fns = {

@@ -46,14 +46,14 @@ void CheckCase(const ForwardCase& k, unsigned seed) {
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (isa > DetectedCpuIsa()) continue;
     constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
-    for (const MemoryRules rules : {MemoryRules{0, 0, 0}, MemoryRules{0, kAll, 0},
-                                    MemoryRules{kAll, 0, kAll},
-                                    MemoryRules{kAll, kAll, kAll}}) {
+    for (const MemoryRules rules : {MemoryRules{0, 0, 0, 0}, MemoryRules{0, kAll, 0, 0},
+                                    MemoryRules{kAll, 0, kAll, kAll},
+                                    MemoryRules{kAll, kAll, kAll, kAll}}) {
       ForwardOutputs<T> again(k.shape);
       BatchNormForwardCpuWithLoops(p, again.Bind(in), ThreadedFor(2, 7),
                                    ForwardLoopsFor<T>(isa), rules);
       Check(again.SameBits(fast), name + ": same bits with the " + CpuIsaName(isa) + " loops" +
-                                      (rules.streaming_footprint == 0 ? ", streamed" : "") +
+                                      (rules.forward_streaming_footprint == 0 ? ", streamed" : "") +
                                       (rules.grouped_bytes == 0 ? ", rows in order" : ""));
     }
   }

@@ -22,9 +22,8 @@ namespace {
 using namespace testing;  // NOLINT: the shared test vocabulary
 
 // Ordinary stores, rows by groups (the stages' bits do not depend on either).
-constexpr MemoryRules kNeverStream{std::numeric_limits<int64_t>::max(),
-                                   std::numeric_limits<int64_t>::max(),
-                                   std::numeric_limits<int64_t>::max()};
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever};
 
 template <typename T>
 struct StagedRun {

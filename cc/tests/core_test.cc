@@ -141,8 +141,9 @@ void TestConversions() {
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
 // Ordinary stores and rows by groups; the other three combinations of MemoryRules.
-constexpr MemoryRules kNeverStream{kNever, kNever, kNever};
-constexpr MemoryRules kOtherMemoryRules[] = {{0, kNever, 0}, {kNever, 0, kNever}, {0, 0, 0}};
+constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever};
+constexpr MemoryRules kOtherMemoryRules[] = {
+    {0, kNever, 0, 0}, {kNever, 0, kNever, kNever}, {0, 0, 0, 0}};
 
 template <typename T>
 void TestIsaCopiesAgree() {
@@ -348,7 +349,7 @@ void TestInfiniteMeanInRunTails() {
   }
 }
 
-// Where Linux lists the caches, the size the streaming rule starts from is the largest cache
+// Where Linux lists the caches, the size the streaming rules start from is the largest cache
 // cpu0 shares, whatever sysconf says (glibc's CPUID answer is the whole package's L3 on AMD).
 // Read here with the shell's own tools, so the check does not reuse the core's parser.
 void TestLastLevelCacheIsSysfs() {
@@ -367,11 +368,19 @@ void TestLastLevelCacheIsSysfs() {
     testing::Check(LastLevelCacheBytes() >= (int64_t{64} << 10),
                    "the last-level cache size is known or defaulted");
   }
+  const bool socket_wide = LastLevelCacheBytes() > (int64_t{64} << 20);
+  testing::Check(LastLevelCacheIsSocketWide() == socket_wide,
+                 "a last-level cache above 64 MiB is a socket's");
   if (std::getenv("TF_FBN_OPS_STREAMING_MIB") == nullptr) {
     testing::Check(StreamingFootprintBytes() == std::min(kStreamingBytes, LastLevelCacheBytes()),
                    "x_backprop streams from 12 MiB or the last-level cache, whichever is less");
     testing::Check(ParallelStreamingFootprintBytes() == LastLevelCacheBytes() / 4 * 3,
                    "on several threads the forward's y streams from 3/4 of the last-level cache");
+    testing::Check(ForwardStreamingFootprintBytes() == (socket_wide
+                                                            ? ParallelStreamingFootprintBytes()
+                                                            : StreamingFootprintBytes()),
+                   "on one thread the forward's y streams as x_backprop does beside a core "
+                   "complex's L3, as on several threads beside a socket's");
   }
 }
 

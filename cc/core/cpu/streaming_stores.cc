@@ -96,8 +96,16 @@ int64_t ParallelStreamingFootprintBytes() {
   return bytes;
 }
 
+bool LastLevelCacheIsSocketWide() { return LastLevelCacheBytes() > kCoreComplexCacheBytes; }
+
+int64_t ForwardStreamingFootprintBytes() {
+  return LastLevelCacheIsSocketWide() ? ParallelStreamingFootprintBytes()
+                                      : StreamingFootprintBytes();
+}
+
 MemoryRules KernelMemoryRules() {
-  return {StreamingFootprintBytes(), LastLevelCacheBytes(), ParallelStreamingFootprintBytes()};
+  return {StreamingFootprintBytes(), LastLevelCacheBytes(), ForwardStreamingFootprintBytes(),
+          ParallelStreamingFootprintBytes()};
 }
 
 void FenceStreamingStores() {

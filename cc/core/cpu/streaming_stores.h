@@ -48,6 +48,22 @@ inline bool CanStream(const void* output, const void* input, int64_t row_bytes) 
 // a store first reads its line), as it did for the gradient at one and two threads.
 int64_t ParallelStreamingFootprintBytes();
 
+// Whether the last-level cache is a whole socket's rather than a core complex's: larger than
+// kCoreComplexCacheBytes, above every L3 of one core complex measured (AMD's 32 MiB). A
+// socket-wide L3 (an Intel Xeon's: 105-480 MiB as its guests see it) is far larger than any
+// call's tensors, and the next layer finds there what a call stored.
+bool LastLevelCacheIsSocketWide();
+constexpr int64_t kCoreComplexCacheBytes = int64_t{64} << 20;
+
+// Where a call runs on one thread, the forward streams y once x and y together take more than
+// this: StreamingFootprintBytes() beside a core complex's L3, ParallelStreamingFootprintBytes()
+// beside a socket's. On an Intel Xeon with a 300 MiB L3 (one thread, TensorFlow's oneDNN
+// forward alongside), y streamed from 12 MiB made repeated calls on one input faster but calls
+// fed the call before's y slower, as a network's layers are: 0.67-0.95x oneDNN on the training
+// of 6.4-16.8 MB tensors of 1024-2048 channels, against 1.06-1.41x with y stored
+// (benchmarks/tf_kernels_interleaved.py --chain). Not yet measured that way on AMD.
+int64_t ForwardStreamingFootprintBytes();
+
 // The sizes that choose how a call uses memory, never its bits: x_backprop (or y) is written
 // with non-temporal stores where the call's tensors take more than streaming_footprint bytes
 // (and its other conditions hold), and rows go RowOrder::kByGroups (cpu_loops.h) where the
@@ -55,13 +71,15 @@ int64_t ParallelStreamingFootprintBytes();
 // 5: the forward's y, evaluated in double, gains from groups up to x at the cache's size; the
 // gradient's x_backprop, in float, gains less and lost where the call's bytes passed the cache.)
 struct MemoryRules {
-  int64_t streaming_footprint;
+  int64_t streaming_footprint;           // the gradient's x_backprop
   int64_t grouped_bytes;
-  int64_t parallel_streaming_footprint;  // the forward's on several threads
+  int64_t forward_streaming_footprint;   // the forward's y on one thread
+  int64_t parallel_streaming_footprint;  // the forward's y on several threads
 };
 // The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes(),
-// ParallelStreamingFootprintBytes()}, streaming as above and groups where the reads fit the
-// last-level cache as this machine reports its size (tests and benchmarks pass others).
+// ForwardStreamingFootprintBytes(), ParallelStreamingFootprintBytes()}, streaming as above and
+// groups where the reads fit the last-level cache as this machine reports its size (tests and
+// benchmarks pass others).
 MemoryRules KernelMemoryRules();
 
 // Orders the calling thread's non-temporal stores before its later stores, so that a thread
