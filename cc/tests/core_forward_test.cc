@@ -52,8 +52,9 @@ void CheckCase(const ForwardCase& k, unsigned seed) {
       ForwardOutputs<T> again(k.shape);
       BatchNormForwardCpuWithLoops(p, again.Bind(in), ThreadedFor(2, 7),
                                    ForwardLoopsFor<T>(isa), rules);
+      const bool streamed = rules.forward_streaming_footprint == 0;
       Check(again.SameBits(fast), name + ": same bits with the " + CpuIsaName(isa) + " loops" +
-                                      (rules.forward_streaming_footprint == 0 ? ", streamed" : "") +
+                                      (streamed ? ", streamed" : "") +
                                       (rules.grouped_bytes == 0 ? ", rows in order" : ""));
     }
   }

@@ -293,10 +293,10 @@ void RunRows(ForwardCall<T>& call) {
 
 // The runs schedule: channel c's runs in (n, piece) order, cut into blocks of at most
 // kMaxRunsPerUnit runs; a block combines its runs' moments into one part, and the channel its
-// blocks' parts. A unit is one block, or whole channels of one block each: a unit per small
-// channel made the threads meet on the unit counter and on the cache line two neighbouring
-// channels' planes share once per block (channels first, 8x14x14x256 inference on an Intel
-// Xeon: two threads no faster than one).
+// blocks' parts. A unit is one block, or whole channels of one block each: with a unit per
+// small channel two threads were no faster than one (channels first, 4x14x14x512 and
+// 8x14x14x256 on an Intel Xeon), each unit paying the shared unit counter and a cache line its
+// planes share with the next channel's for a few microseconds of work.
 template <typename T>
 void RunRuns(ForwardCall<T>& call) {
   const Shape& s = call.s;
@@ -314,7 +314,7 @@ void RunRuns(ForwardCall<T>& call) {
   ChannelMoments* parts = CallScratch<ChannelMoments, kForwardPartsSlot>(C * blocks);
   const bool stream = call.StreamY(S) && piece % 16 == 0;
   // Block b (channel b / blocks) for each block of unit u.
-  auto each_block = [&](int64_t u, const std::function<void(int64_t b)>& fn) {
+  auto each_block = [&](int64_t u, const auto& fn) {
     const int64_t end = std::min(C * blocks, (u + 1) * blocks_per_unit);
     for (int64_t b = u * blocks_per_unit; b < end; ++b) fn(b);
   };

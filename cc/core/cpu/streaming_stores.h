@@ -59,7 +59,7 @@ constexpr int64_t kCoreComplexCacheBytes = int64_t{64} << 20;
 // this: StreamingFootprintBytes() beside a core complex's L3, ParallelStreamingFootprintBytes()
 // beside a socket's. On an Intel Xeon with a 300 MiB L3 (one thread, TensorFlow's oneDNN
 // forward alongside), y streamed from 12 MiB made repeated calls on one input faster but calls
-// fed the call before's y slower, as a network's layers are: 0.67-0.95x oneDNN on the training
+// fed the call before's y slower, as a network's layers are: 0.67-0.94x oneDNN on the training
 // of 6.4-16.8 MB tensors of 1024-2048 channels, against 1.06-1.41x with y stored
 // (benchmarks/tf_kernels_interleaved.py --chain). Not yet measured that way on AMD.
 int64_t ForwardStreamingFootprintBytes();
