@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make arm64-core-test`: the CPU core (no TensorFlow) built for Linux AArch64 with Debian's cross
 # compiler and run under qemu's user-mode emulation: its test (core_test), and its outputs
-# against this machine's, bit for bit (core_digest: 360 cases, every dtype, layout and mode,
+# against this machine's, bit for bit (core_digest: 924 cases, every dtype, layout and mode,
 # exact and fast paths, in place, serial and split). On AArch64 the core's portable copy is the
 # only one; GCC compiles its 4-lane vectors to NEON, with the same operations in the same order
 # as every x86 copy (-ffp-contract=off: no fused multiply-add), so the bits must match.

@@ -6,11 +6,14 @@
 //   make core-bench                                   # every harness shape, both layouts
 //   build/core_bench --threads 2 --layouts L 32x7x7x1024
 //   build/core_bench --isa avx2 --stores both 32x14x14x256
+//   build/core_bench --exact-schedule both --layouts L --modes T 16x7x7x2048
 //   build/core_bench --loops
 //
 // Options: --isa avx512|avx2|baseline (default: this CPU's), --threads 1,2 (default), --rounds
 // N (7), --layouts LF (L: channels last, F: channels first), --modes TI (training, inference),
 // --stores auto|both (both: also x_backprop, or the forward's y, always and never streamed),
+// --exact-schedule auto|both (both: also the gradient's exact family by strips of columns
+// wherever they fit, and by blocks of rows only; MemoryRules::exact_strips),
 // --op gradient|forward (forward: the forward ops' kernel, timed alone), --page-offsets dy,x,dx
 // (bytes into a page of the three large tensors; default 64,64,64, as TensorFlow's default
 // build places them).
@@ -134,6 +137,7 @@ struct Options {
   int rounds = 7;
   std::string layouts = "LF", modes = "TI";
   bool both_stores = false;
+  bool both_exact_schedules = false;
   bool forward = false;
   bool loops = false;
   std::vector<int64_t> page_offsets = {64, 64, 64};  // dy, x, dx: as TensorFlow places them
@@ -179,6 +183,9 @@ Options Parse(int argc, char** argv) {
     } else if (arg == "--stores") {
       o.both_stores = std::strcmp(value, "both") == 0;
       ++i;
+    } else if (arg == "--exact-schedule") {
+      o.both_exact_schedules = std::strcmp(value, "both") == 0;
+      ++i;
     } else if (arg == "--op") {
       o.forward = std::strcmp(value, "forward") == 0;
       ++i;
@@ -208,16 +215,19 @@ Options Parse(int argc, char** argv) {
 
 void TimeCalls(const Options& o) {
   std::printf("isa %s, last-level cache %lld MiB, x_backprop streamed beyond %lld MiB (the "
-              "forward's y beyond %lld MiB, on several threads %lld MiB), tensors at page "
-              "offsets %lld/%lld/%lld\n",
+              "forward's y beyond %lld MiB, on several threads %lld MiB), exact family by %s, "
+              "tensors at page offsets %lld/%lld/%lld\n",
               CpuIsaName(o.isa), static_cast<long long>(LastLevelCacheBytes() >> 20),
               static_cast<long long>(StreamingFootprintBytes() >> 20),
               static_cast<long long>(ForwardStreamingFootprintBytes() >> 20),
               static_cast<long long>(ParallelStreamingFootprintBytes() >> 20),
+              KernelMemoryRules().exact_strips ? "strips where they fit"
+                                               : "blocks (strips where blocks < threads)",
               static_cast<long long>(o.page_offsets[0]), static_cast<long long>(o.page_offsets[1]),
               static_cast<long long>(o.page_offsets[2]));
-  std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s\n", "shape", "fmt", "mode", "thr", "core us",
-              "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "");
+  std::printf("%-16s %-4s %-5s %3s %10s %10s %7s%s%s\n", "shape", "fmt", "mode", "thr", "core us",
+              "stream us", "%stream", o.both_stores ? "  streamed us  cached us" : "",
+              o.both_exact_schedules ? "  strips us  blocks us" : "");
   const CpuLoops<float>& loops = LoopsFor<float>(o.isa);
   const CpuForwardLoops<float>& forward_loops = ForwardLoopsFor<float>(o.isa);
   for (const auto& dims : o.shapes) {
@@ -260,8 +270,9 @@ void TimeCalls(const Options& o) {
                       mode == 'T' ? "train" : "infer", threads);
           if (o.forward) {  // timed alone: the streaming kernel moves the gradient's bytes
             auto forward = [&](int64_t streaming_footprint) {
-              const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes,
-                                      streaming_footprint, streaming_footprint};
+              MemoryRules rules = KernelMemoryRules();
+              rules.streaming_footprint = rules.forward_streaming_footprint =
+                  rules.parallel_streaming_footprint = streaming_footprint;
               return [&, rules] {
                 BatchNormForwardCpuWithLoops(fp, ft, parallel_for, forward_loops, rules);
               };
@@ -279,21 +290,30 @@ void TimeCalls(const Options& o) {
             std::fflush(stdout);
             continue;
           }
-          auto core = [&](int64_t streaming_footprint) {
-            const MemoryRules rules{streaming_footprint, KernelMemoryRules().grouped_bytes,
-                                    streaming_footprint, streaming_footprint};
+          auto core = [&](int64_t streaming_footprint, bool exact_strips) {
+            MemoryRules rules = KernelMemoryRules();
+            rules.streaming_footprint = rules.forward_streaming_footprint =
+                rules.parallel_streaming_footprint = streaming_footprint;
+            rules.exact_strips = exact_strips;
             return [&, rules] { BatchNormGradCpuWithLoops(p, t, parallel_for, loops, rules); };
           };
+          const bool strips = KernelMemoryRules().exact_strips;
           std::vector<std::function<void()>> fns = {
-              core(StreamingFootprintBytes()),
+              core(StreamingFootprintBytes(), strips),
               [&] { Stream(&pool, x.data(), dy.data(), dx.data(), n, p.is_training); }};
           if (o.both_stores) {
-            fns.push_back(core(0));
-            fns.push_back(core(std::numeric_limits<int64_t>::max()));
+            fns.push_back(core(0, strips));
+            fns.push_back(core(std::numeric_limits<int64_t>::max(), strips));
+          }
+          if (o.both_exact_schedules) {
+            fns.push_back(core(StreamingFootprintBytes(), true));
+            fns.push_back(core(StreamingFootprintBytes(), false));
           }
           const std::vector<double> us = TimeInterleaved(fns, o.rounds);
           std::printf(" %10.1f %10.1f %6.0f%%", us[0], us[1], 100.0 * us[1] / us[0]);
-          if (o.both_stores) std::printf("  %11.1f %9.1f", us[2], us[3]);
+          size_t next = 2;
+          if (o.both_stores) std::printf("  %11.1f %9.1f", us[next], us[next + 1]), next += 2;
+          if (o.both_exact_schedules) std::printf("  %9.1f %10.1f", us[next], us[next + 1]);
           std::printf("\n");
           std::fflush(stdout);
         }

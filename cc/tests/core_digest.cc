@@ -94,7 +94,7 @@ int Main() {
   const Shape shapes[] = {{4, 8, 25, true},    {4, 8, 25, false},   {2, 33, 300, true},
                           {2, 33, 300, false}, {16, 64, 49, true},  {16, 64, 49, false},
                           {1, 1, 5000, true},  {3, 7, 1, false},    {8, 130, 1000, true},
-                          {8, 130, 1000, false}};
+                          {8, 130, 1000, false}, {3, 2100, 100, true}};
   uint64_t all = 0xcbf29ce484222325ull;
   int cases = 0;
   bool ok = true;

@@ -46,9 +46,9 @@ void CheckCase(const ForwardCase& k, unsigned seed) {
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (isa > DetectedCpuIsa()) continue;
     constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
-    for (const MemoryRules rules : {MemoryRules{0, 0, 0, 0}, MemoryRules{0, kAll, 0, 0},
-                                    MemoryRules{kAll, 0, kAll, kAll},
-                                    MemoryRules{kAll, kAll, kAll, kAll}}) {
+    for (const MemoryRules rules :
+         {MemoryRules{0, 0, 0, 0, true}, MemoryRules{0, kAll, 0, 0, true},
+          MemoryRules{kAll, 0, kAll, kAll, true}, MemoryRules{kAll, kAll, kAll, kAll, true}}) {
       ForwardOutputs<T> again(k.shape);
       BatchNormForwardCpuWithLoops(p, again.Bind(in), ThreadedFor(2, 7),
                                    ForwardLoopsFor<T>(isa), rules);

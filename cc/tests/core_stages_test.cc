@@ -21,9 +21,11 @@ namespace {
 
 using namespace testing;  // NOLINT: the shared test vocabulary
 
-// Ordinary stores, rows by groups (the stages' bits do not depend on either).
+// Ordinary stores, rows by groups, the exact family's strips where they fit, or only its
+// blocks (the stages' bits depend on none of these).
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever};
+constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever, true};
+constexpr MemoryRules kExactBlocks{kNever, kNever, kNever, kNever, false};
 
 template <typename T>
 struct StagedRun {
@@ -36,7 +38,7 @@ struct StagedRun {
 // must not read them.
 template <typename T>
 void Sums(const Params& whole, const Inputs<T>& in, const ParallelFor& pf, const CpuLoops<T>& loops,
-          StagedRun<T>* run) {
+          StagedRun<T>* run, const MemoryRules& rules = kNeverStream) {
   Params p = whole;
   p.stage = Stage::kSums;
   Tensors<T> t;
@@ -45,7 +47,7 @@ void Sums(const Params& whole, const Inputs<T>& in, const ParallelFor& pf, const
   t.mean = in.mean.data();
   t.sum_dy = run->sum_dy.data();
   t.sum_dy_xc = run->sum_dy_xc.data();
-  BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
+  BatchNormGradCpuWithLoops(p, t, pf, loops, rules);
 }
 
 // kDxFromSums of `in` from the global sums and the replica's own (run->sum_dy, sum_dy_xc), into
@@ -53,7 +55,8 @@ void Sums(const Params& whole, const Inputs<T>& in, const ParallelFor& pf, const
 template <typename T>
 void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<double>& sum_dy,
                 const std::vector<double>& sum_dy_xc, int64_t global_count, const ParallelFor& pf,
-                const CpuLoops<T>& loops, bool in_place, StagedRun<T>* run) {
+                const CpuLoops<T>& loops, bool in_place, StagedRun<T>* run,
+                const MemoryRules& rules = kNeverStream) {
   Params p = whole;
   p.stage = Stage::kDxFromSums;
   p.global_count = global_count;
@@ -62,7 +65,7 @@ void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<doub
   t.global_sum_dy_xc = sum_dy_xc.data();
   t.replica_sum_dy = run->sum_dy.data();
   t.replica_sum_dy_xc = run->sum_dy_xc.data();
-  BatchNormGradCpuWithLoops(p, t, pf, loops, kNeverStream);
+  BatchNormGradCpuWithLoops(p, t, pf, loops, rules);
 }
 
 // The shapes of every schedule (bn_grad_cpu.cc), as TestIsaCopiesAgree lists them, and the
@@ -71,7 +74,7 @@ std::vector<Shape> ScheduleShapes() {
   std::vector<Shape> shapes = {
       {3, 100, 400, true}, {40, 5, 30, true},   {2, 2048, 520, true}, {70, 13, 23, false},
       {20000, 3, 5, false}, {5, 6, 333, false}, {3, 2, 140001, false}, {4, 8, 4096, false},
-      {7, 45, 9, true},    {3, 20, 21, false},
+      {7, 45, 9, true},    {2, 2048, 64, true}, {3, 20, 21, false},
   };
   for (const Case& k : TestCases()) shapes.push_back(k.shape);
   return shapes;
@@ -93,13 +96,24 @@ void TestOneReplicaGivesWholeBits() {
         for (int threads : {1, 2}) {
           const ParallelFor pf = threads == 1 ? SerialFor() : ThreadedFor(2, 64);
           for (bool in_place : {false, true}) {
-            StagedRun<T> run(shape);
-            Sums(p, in, pf, loops, &run);
-            DxFromSums(p, in, run.sum_dy, run.sum_dy_xc, shape.rest(), pf, loops, in_place, &run);
-            Check(run.out.BitEqual(whole),
-                  Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) + ", " +
-                      std::to_string(threads) + " thread(s)" + (in_place ? ", in place" : "") +
-                      ": the two stages give the bits of one call");
+            std::vector<double> first_sums;  // the double sums show any change of order
+            for (const MemoryRules& rules : {kNeverStream, kExactBlocks}) {
+              StagedRun<T> run(shape);
+              Sums(p, in, pf, loops, &run, rules);
+              std::vector<double> sums = run.sum_dy;
+              sums.insert(sums.end(), run.sum_dy_xc.begin(), run.sum_dy_xc.end());
+              if (first_sums.empty()) first_sums = sums;
+              Check(std::memcmp(sums.data(), first_sums.data(), sums.size() * sizeof(double)) == 0,
+                    Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) +
+                        ": the exact family's strips and blocks give the same double sums");
+              DxFromSums(p, in, run.sum_dy, run.sum_dy_xc, shape.rest(), pf, loops, in_place, &run,
+                         rules);
+              Check(run.out.BitEqual(whole),
+                    Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) + ", " +
+                        std::to_string(threads) + " thread(s)" + (in_place ? ", in place" : "") +
+                        (rules.exact_strips ? "" : ", exact blocks only") +
+                        ": the two stages give the bits of one call");
+            }
           }
         }
       }

@@ -140,10 +140,13 @@ void TestConversions() {
 // arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
-// Ordinary stores and rows by groups; the other three combinations of MemoryRules.
-constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever};
-constexpr MemoryRules kOtherMemoryRules[] = {
-    {0, kNever, 0, 0}, {kNever, 0, kNever, kNever}, {0, 0, 0, 0}};
+// Ordinary stores, rows by groups, the exact family's strips where they fit; other
+// combinations of MemoryRules, the exact family's blocks only among them.
+constexpr MemoryRules kNeverStream{kNever, kNever, kNever, kNever, true};
+constexpr MemoryRules kOtherMemoryRules[] = {{0, kNever, 0, 0, false},
+                                             {kNever, 0, kNever, kNever, true},
+                                             {0, 0, 0, 0, true},
+                                             {kNever, kNever, kNever, kNever, false}};
 
 template <typename T>
 void TestIsaCopiesAgree() {
@@ -160,6 +163,7 @@ void TestIsaCopiesAgree() {
       {7, 45, 9, true},        // exact rows
       {9, 80, 100, true},      // exact rows, blocks, whole lines (streamed if asked)
       {2, 2048, 64, true},     // exact rows in strips (training), whole lines
+      {3, 2100, 100, true},    // exact rows in strips over three blocks, a short last vector
       {3, 20, 21, false},      // exact runs
   };
   const uint32_t specials[] = {0x7fc12345u, 0xffa00001u, 0x7f800000u, 0x00000001u, 0x33800000u,
@@ -179,8 +183,8 @@ void TestIsaCopiesAgree() {
                                 kNeverStream);
       for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
         if (isa > DetectedCpuIsa()) continue;  // this CPU cannot run that copy
-        // Ordinary and non-temporal stores of x_backprop, rows by groups and in order,
-        // whatever this machine's cache.
+        // Ordinary and non-temporal stores of x_backprop, rows by groups and in order, the
+        // exact family by strips and by blocks, whatever this machine's cache.
         std::vector<MemoryRules> all_rules = {kNeverStream};
         all_rules.insert(all_rules.end(), std::begin(kOtherMemoryRules),
                          std::end(kOtherMemoryRules));
@@ -188,9 +192,10 @@ void TestIsaCopiesAgree() {
           const std::string copy = Describe(k, TypeName<T>()) + ": " + CpuIsaName(isa) +
                                    " copy" +
                                    (rules.streaming_footprint == 0 ? ", streamed" : "") +
-                                   (rules.grouped_bytes == 0 ? ", rows in order" : "");
+                                   (rules.grouped_bytes == 0 ? ", rows in order" : "") +
+                                   (rules.exact_strips ? "" : ", exact blocks only");
           if (isa != CpuIsa::kBaseline || rules.streaming_footprint != kNever ||
-              rules.grouped_bytes != kNever) {
+              rules.grouped_bytes != kNever || !rules.exact_strips) {
             Outputs<T> other(shape);
             BatchNormGradCpuWithLoops(p, other.Bind(in), SerialFor(), LoopsFor<T>(isa), rules);
             Check(other.BitEqual(base), copy + " gives the portable copy's bits");

@@ -283,6 +283,9 @@ inline std::vector<Case> TestCases() {
       {3000, 4, 50, false}, {500, 3, 301, true},
       // Long planes in fused groups; wide rows with a short register tile.
       {8, 6, 333, false},   {6, 40, 130, false},  {1, 300, 1100, true},
+      // Exact rows in strips (or blocks) over three blocks, the last strip narrower, its last
+      // vector short.
+      {3, 2100, 100, true},
   };
   std::vector<Case> cases;
   for (const Shape& s : shapes) {

@@ -160,6 +160,7 @@ class Call {
         dx_order(3 * s.elements() * kElementBytes <= rules.grouped_bytes
                      ? RowOrder::kByGroups
                      : RowOrder::kInOrder),
+        exact_strips(rules.exact_strips),
         params_(params),
         parallel_for_(parallel_for) {
     const int64_t C = s.channels;
@@ -197,6 +198,8 @@ class Call {
   bool TrainingDx() const { return training && stage != Stage::kSums; }
   // Whether the sums are formed here (all but kDxFromSums, which is given them).
   bool Sums() const { return stage != Stage::kDxFromSums; }
+  // The threads the pool may run units on.
+  int64_t threads() const { return parallel_for_.threads; }
 
   // Channel c's outputs, and in training its coefficients, from its sums (kSums: the sums
   // are the output).
@@ -262,6 +265,8 @@ class Call {
   // How training's x_backprop goes through the rows (MemoryRules: by groups where x,
   // y_backprop and x_backprop all fit).
   const RowOrder dx_order;
+  // The exact family's training may go by strips of columns (MemoryRules).
+  const bool exact_strips;
   // Per channel: mean, scale · inv_std, and (training, once finished) the dx coefficients.
   F* mean = nullptr;
   F* scale_inv_std = nullptr;
@@ -581,27 +586,102 @@ void RunRuns(const Call<T, float>& call) {
 // summed again with compensated sums, in the same order as before, so its sums are what
 // compensated sums alone would have given.
 
-// More than this fraction of the vectors of 16 columns summed again: the compensated sums are
+// More than this fraction of the vectors of columns summed again: the compensated sums are
 // formed for every column of every block at once (memory order) rather than vector by vector
 // (a line read per row).
 constexpr int64_t kRecomputeAllFraction = 4;
 
-// Channels last: blocks of whole rows, read in memory order; per block each column's bounded
-// sums (ExactColumns), combined per channel in block order between the sweeps; then x_backprop
-// by blocks. Inference writes x_backprop as it sums, unless x_backprop is y_backprop's buffer:
-// a channel summed again must still find its y_backprop there.
+// Channels last, the rows cut into blocks fixed by the shape. A column's sums are its bounded
+// sum over each block's rows in order, the blocks' sums added in block order; whichever
+// schedule walks the rows (blocks of rows, or strips of columns), so the schedule never
+// decides the bits.
+Pieces ExactRowBlocks(const Shape& s) {
+  return Blocks(s.rest(), std::max(kExactMinBlockRows, kUnitElements / s.channels), 1,
+                /*taper=*/true);
+}
+
+// The four arrays of an ExactColumns `pitch` entries apart from `p`.
+ExactColumns ColumnsAt(double* p, int64_t pitch) {
+  return {p, p + pitch, p + 2 * pitch, p + 3 * pitch};
+}
+
+// totals += block, entry by entry, for the first n entries of each of the four arrays.
+void AddBlockSums(const ExactColumns& totals, const ExactColumns& block, int64_t n) {
+  double* const to[4] = {totals.dy, totals.dy_aux, totals.dy_xc, totals.dy_xc_aux};
+  const double* const from[4] = {block.dy, block.dy_aux, block.dy_xc, block.dy_xc_aux};
+  for (int k = 0; k < 4; ++k) {
+    double* __restrict total = to[k];  // column by column, so that the compiler vectorizes it
+    const double* __restrict v = from[k];
+    for (int64_t c = 0; c < n; ++c) total[c] += v[c];
+  }
+}
+
+// Compensated sums of columns [c0, c0 + n) of every block, the blocks combined per channel in
+// block order (CompensatedSum::AddPart), into pairs[2 * n]; scratch holds 4 * RowsPitch(n).
 template <typename T>
-void RunExactRows(const Call<T, double>& call) {
+void CompensatedColumns(const Call<T, double>& call, const Pieces& blocks, int64_t c0,
+                        int64_t n, double* scratch, CompensatedSum* pairs) {
   const Tensors<T>& t = call.t;
-  const int64_t C = call.s.channels, R = call.s.rest();
-  const int64_t width = RoundUp(C, 16);  // of each partial array (whole vectors)
-  const Pieces blocks =
-      Blocks(R, std::max(kExactMinBlockRows, kUnitElements / C), 1, /*taper=*/true);
+  const int64_t C = call.s.channels;
+  const ExactColumns columns = ColumnsAt(scratch, RowsPitch(n));
+  for (int64_t b = 0; b < blocks.count; ++b) {
+    std::fill(scratch, scratch + 4 * RowsPitch(n), 0.0);
+    const int64_t r0 = blocks.begin(b);
+    call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
+                              blocks.end(b) - r0, n, call.mean + c0, columns);
+    for (int64_t c = 0; c < n; ++c) {
+      pairs[2 * c].AddPart(columns.dy[c], columns.dy_aux[c]);
+      pairs[2 * c + 1].AddPart(columns.dy_xc[c], columns.dy_xc_aux[c]);
+    }
+  }
+}
+
+// Finishes channels [c0, c0 + n) from `totals`, their blocks' bounded sums added in block
+// order: the channels whose sums do not stand are summed again, by column vectors (a vector
+// reads the same lines as one of its columns) or all at once where many vectors need it, in
+// `scratch` (4 * RowsPitch(n) doubles, free to overwrite).
+template <typename T>
+void FinishExactColumns(const Call<T, double>& call, const Pieces& blocks, int64_t c0,
+                        int64_t n, const ExactColumns& totals, double* scratch) {
+  const int64_t R = call.s.rest();
+  constexpr int64_t V = kColumnVector;
+  std::vector<int64_t> again, vectors;
+  for (int64_t c = 0; c < n; ++c) {
+    if (!BoundedSumStands({totals.dy[c], totals.dy_aux[c]}, R) ||
+        !BoundedSumStands({totals.dy_xc[c], totals.dy_xc_aux[c]}, R)) {
+      again.push_back(c);
+      if (vectors.empty() || vectors.back() != c / V) vectors.push_back(c / V);
+    }
+  }
+  if (!again.empty()) {
+    std::vector<CompensatedSum> exact(2 * RowsPitch(n));
+    if (static_cast<int64_t>(vectors.size()) * kRecomputeAllFraction > RowsPitch(n) / V) {
+      CompensatedColumns(call, blocks, c0, n, scratch, exact.data());
+    } else {
+      for (int64_t v : vectors) {
+        CompensatedColumns(call, blocks, c0 + V * v, std::min(V, n - V * v), scratch,
+                           &exact[2 * V * v]);
+      }
+    }
+    for (int64_t c : again) {
+      totals.dy[c] = exact[2 * c].Value();
+      totals.dy_xc[c] = exact[2 * c + 1].Value();
+    }
+  }
+  for (int64_t c = 0; c < n; ++c) call.Finish(c0 + c, totals.dy[c], totals.dy_xc[c]);
+}
+
+// Blocks of whole rows, read in memory order; per block each column's bounded sums, combined
+// per channel in block order between the sweeps; then x_backprop by blocks. Inference writes
+// x_backprop as it sums, unless x_backprop is y_backprop's buffer: a channel summed again must
+// still find its y_backprop there.
+template <typename T>
+void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
+  const Tensors<T>& t = call.t;
+  const int64_t C = call.s.channels;
+  const int64_t width = RowsPitch(C);  // of each partial array
   double* partials = CallScratch<double, kPartialsSlot>(blocks.count * 4 * width);
-  auto columns_of = [&](int64_t b) {
-    double* p = partials + b * 4 * width;
-    return ExactColumns{p, p + width, p + 2 * width, p + 3 * width};
-  };
+  auto columns_of = [&](int64_t b) { return ColumnsAt(partials + b * 4 * width, width); };
   const DxCoefficients<double> k{call.mean, call.scale_inv_std,
                                  call.training ? call.dy_mean : nullptr, call.xc_coef};
   auto dx = [&](int64_t b) {
@@ -623,64 +703,11 @@ void RunExactRows(const Call<T, double>& call) {
                                                   call.scale_inv_std, columns, call.stream_dx);
     }
   };
-  // Compensated sums of columns [c0, c0 + n) of every block, the blocks combined per channel in
-  // block order (CompensatedSum::AddPart), into totals[n] pairs.
-  auto compensated = [&](int64_t c0, int64_t n, double* scratch, CompensatedSum* totals) {
-    const int64_t w = RoundUp(n, 16);
-    const ExactColumns columns{scratch, scratch + w, scratch + 2 * w, scratch + 3 * w};
-    for (int64_t b = 0; b < blocks.count; ++b) {
-      std::fill(scratch, scratch + 4 * w, 0.0);
-      const int64_t r0 = blocks.begin(b);
-      call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
-                                blocks.end(b) - r0, n, call.mean + c0, columns);
-      for (int64_t c = 0; c < n; ++c) {
-        totals[2 * c].AddPart(columns.dy[c], columns.dy_aux[c]);
-        totals[2 * c + 1].AddPart(columns.dy_xc[c], columns.dy_xc_aux[c]);
-      }
-    }
-  };
-  // Per channel, the blocks' bounded sums added in block order (written column by column so
-  // that the compiler vectorizes it); the channels whose sums do not stand, compensated.
   auto finish = [&] {
-    double* totals = CallScratch<double, kSumsSlot>(4 * width);
-    std::fill(totals, totals + 4 * width, 0.0);
-    for (int64_t b = 0; b < blocks.count; ++b) {
-      const ExactColumns columns = columns_of(b);
-      const double* block_values[4] = {columns.dy, columns.dy_aux, columns.dy_xc,
-                                       columns.dy_xc_aux};
-      for (int k = 0; k < 4; ++k) {
-        double* __restrict total = totals + k * width;
-        const double* __restrict v = block_values[k];
-        for (int64_t c = 0; c < C; ++c) total[c] += v[c];
-      }
-    }
-    // The channels whose sums do not stand, summed again by vectors of 16 columns (a vector
-    // reads the same lines as one of its columns), or all columns at once where many vectors
-    // need it.
-    std::vector<int64_t> again, vectors;
-    for (int64_t c = 0; c < C; ++c) {
-      if (!BoundedSumStands({totals[c], totals[width + c]}, R) ||
-          !BoundedSumStands({totals[2 * width + c], totals[3 * width + c]}, R)) {
-        again.push_back(c);
-        if (vectors.empty() || vectors.back() != c / 16) vectors.push_back(c / 16);
-      }
-    }
-    if (!again.empty()) {
-      std::vector<CompensatedSum> exact(2 * width);
-      if (static_cast<int64_t>(vectors.size()) * kRecomputeAllFraction > width / 16) {
-        compensated(0, C, partials, exact.data());  // the bounded partials are spent
-      } else {
-        double scratch[4 * 16];
-        for (int64_t v : vectors) {
-          compensated(16 * v, std::min<int64_t>(16, C - 16 * v), scratch, &exact[2 * 16 * v]);
-        }
-      }
-      for (int64_t c : again) {
-        totals[c] = exact[2 * c].Value();
-        totals[2 * width + c] = exact[2 * c + 1].Value();
-      }
-    }
-    for (int64_t c = 0; c < C; ++c) call.Finish(c, totals[c], totals[2 * width + c]);
+    const ExactColumns totals = ColumnsAt(CallScratch<double, kSumsSlot>(4 * width), width);
+    std::fill(totals.dy, totals.dy + 4 * width, 0.0);
+    for (int64_t b = 0; b < blocks.count; ++b) AddBlockSums(totals, columns_of(b), C);
+    FinishExactColumns(call, blocks, 0, C, totals, partials);  // the partials are spent
   };
   if (dx_as_it_sums || call.stage == Stage::kSums) {
     call.RunUnits(blocks.count, blocks.size * C, sums);
@@ -693,28 +720,34 @@ void RunExactRows(const Call<T, double>& call) {
   call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
 }
 
-// Channels last in training, strips of whole columns: a unit holds every row of
-// ExactStripColumns(...) columns, whose dy and x fit in the L2 (kFusedUnitBytes), sums them,
-// finishes their channels and writes their x_backprop while they are there; the blocks schedule
-// reads both tensors from the L3 or memory twice. The sums' order is fixed by the shape: each
-// column's rows in order, one bounded sum (compensated where it does not stand). Used where
-// there are at least kMinExactStrips strips, else the blocks give the threads their units.
+// Training, strips of whole columns: a unit holds every row of ExactStripColumns(...) columns,
+// whose dy and x fit in the L2 (kFusedUnitBytes), sums them block by block, finishes their
+// channels and writes their x_backprop while they are there, where the blocks schedule reads
+// both tensors from the L3 twice. But a strip is read at a stride, a few lines of each row. On
+// a Zen 5 (an L3 of 32 MiB per core complex) strips took 0.79-1.03x the blocks' time (8x7x7x2048
+// to 256x1x1x4096, core_bench); on an Intel Xeon whose L3 is the socket's (300 MiB) blocks of
+// rows read in order were 1.1-1.7x as fast as strips (core_bench --exact-schedule both,
+// 8x7x7x2048 to 256x1x1x4096, one and two threads), except where the blocks were fewer than the
+// threads (64x1x1x4096 on two: strips 1.9x as fast). MemoryRules::exact_strips decides, and
+// the bits are the blocks' either way.
 constexpr int64_t kMaxExactStripColumns = 256;
 constexpr int64_t kMinExactStrips = 8;
 
 template <typename T>
 int64_t ExactStripColumns(const Shape& s) {
   const int64_t row_bytes = 2 * s.rest() * static_cast<int64_t>(sizeof(T));  // dy and x
-  return std::clamp<int64_t>(kFusedUnitBytes / row_bytes / 16 * 16, 16, kMaxExactStripColumns);
+  return std::clamp<int64_t>(kFusedUnitBytes / row_bytes / kColumnVector * kColumnVector,
+                             kColumnVector, kMaxExactStripColumns);
 }
 
 template <typename T>
-bool ExactStripsFit(const Call<T, double>& call) {
-  return call.training && call.s.channels >= kMinExactStrips * ExactStripColumns<T>(call.s);
+bool ExactStripsFit(const Call<T, double>& call, const Pieces& blocks) {
+  return call.training && call.s.channels >= kMinExactStrips * ExactStripColumns<T>(call.s) &&
+         (call.exact_strips || blocks.count < call.threads());
 }
 
 template <typename T>
-void RunExactStrips(const Call<T, double>& call) {
+void RunExactStrips(const Call<T, double>& call, const Pieces& blocks) {
   const Tensors<T>& t = call.t;
   const int64_t C = call.s.channels, R = call.s.rest();
   const Pieces strips = Groups(C, ExactStripColumns<T>(call.s));
@@ -722,34 +755,18 @@ void RunExactStrips(const Call<T, double>& call) {
   call.RunUnits(strips.count, strips.size * R, [&](int64_t u) {
     const int64_t c0 = strips.begin(u), n = strips.end(u) - c0;
     if (call.Sums()) {
-      double sums[4 * kMaxExactStripColumns] = {};
-      const ExactColumns columns{sums, sums + kMaxExactStripColumns,
-                                 sums + 2 * kMaxExactStripColumns,
-                                 sums + 3 * kMaxExactStripColumns};
-      call.loops.exact_bounded_sum_rows(t.y_backprop + c0, t.x + c0, C, R, n, call.mean + c0,
-                                        columns);
-      for (int64_t v = 0; v < n; v += 16) {  // vectors of 16 columns
-        const int64_t w = std::min<int64_t>(16, n - v);
-        bool stand = true;
-        for (int64_t c = v; c < v + w; ++c) {
-          stand = stand && BoundedSumStands({columns.dy[c], columns.dy_aux[c]}, R) &&
-                  BoundedSumStands({columns.dy_xc[c], columns.dy_xc_aux[c]}, R);
-        }
-        if (!stand) {  // the vector again, compensated, in the same order
-          double again[4 * 16] = {};
-          const ExactColumns exact{again, again + 16, again + 32, again + 48};
-          call.loops.exact_sum_rows(t.y_backprop + c0 + v, t.x + c0 + v, C, R, w,
-                                    call.mean + c0 + v, exact);
-          for (int64_t c = 0; c < w; ++c) {
-            CompensatedSum dy, dy_xc;
-            dy.AddPart(exact.dy[c], exact.dy_aux[c]);
-            dy_xc.AddPart(exact.dy_xc[c], exact.dy_xc_aux[c]);
-            columns.dy[v + c] = dy.Value();
-            columns.dy_xc[v + c] = dy_xc.Value();
-          }
-        }
+      constexpr int64_t P = kMaxExactStripColumns;  // the pitch of the arrays below
+      double totals[4 * P] = {}, block[4 * P];
+      const ExactColumns block_columns = ColumnsAt(block, P), total_columns = ColumnsAt(totals, P);
+      for (int64_t b = 0; b < blocks.count; ++b) {
+        std::fill(block, block + 4 * P, 0.0);
+        const int64_t r0 = blocks.begin(b);
+        call.loops.exact_bounded_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
+                                          blocks.end(b) - r0, n, call.mean + c0,
+                                          block_columns);
+        AddBlockSums(total_columns, block_columns, n);
       }
-      for (int64_t c = 0; c < n; ++c) call.Finish(c0 + c, columns.dy[c], columns.dy_xc[c]);
+      FinishExactColumns(call, blocks, c0, n, total_columns, block);
     }
     if (!call.TrainingDx()) return;
     const DxCoefficients<double> k{call.mean + c0, call.scale_inv_std + c0, call.dy_mean + c0,
@@ -832,7 +849,9 @@ void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,
   if (s.rest() < kFastPathRest) {
     const Call<T, double> call(params, t, parallel_for, loops, rules);
     if (!s.channels_last) return RunExactRuns(call);
-    return ExactStripsFit(call) ? RunExactStrips(call) : RunExactRows(call);
+    const Pieces blocks = ExactRowBlocks(s);
+    return ExactStripsFit(call, blocks) ? RunExactStrips(call, blocks)
+                                        : RunExactRows(call, blocks);
   }
   const Call<T, float> call(params, t, parallel_for, loops, rules);
   if (s.channels_last) return RunRows(call);

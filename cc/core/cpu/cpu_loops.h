@@ -47,6 +47,12 @@ constexpr int64_t kMaxDownRowsWidth = 128;
 constexpr int kRunLanes = 16;
 // Channels per call of the exact run loops (their lanes are kept on the stack).
 constexpr int64_t kExactRunChannels = 32;
+// Columns of one vector of the exact rows loops: their per-column arrays (ExactColumns) hold
+// whole vectors, RowsPitch(width) entries.
+constexpr int64_t kColumnVector = 16;
+constexpr int64_t RowsPitch(int64_t width) {
+  return (width + kColumnVector - 1) / kColumnVector * kColumnVector;
+}
 
 // A double sum with a running error term (compensated summation with Knuth's TwoSum): the
 // result is within about 2^-53 of |sum| plus n·2^-106 · Σ|term| of the exact sum.
@@ -146,7 +152,7 @@ struct CpuLoops {
 
   // ---- Exact family (double arithmetic).
   // sums[j] += Σ_r dy[r][j] (and dy · (x − mean)), compensated, rows in order; each array of
-  // `sums` holds RoundUp(width, kLanes) entries.
+  // `sums` holds RowsPitch(width) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const ExactColumns& sums);
   // `count` runs of each of `channels` (at most kExactRunChannels) consecutive channels, run k

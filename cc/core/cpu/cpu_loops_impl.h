@@ -704,6 +704,8 @@ FBN_INLINE DoublePart LoadPartAsDoubles(const T* p, int part, int n) {
   return LoadWidened(p, n).part[part];
 }
 
+static_assert(kLanes == kColumnVector, "a rows loop's vector is its callers' column vector");
+
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
 // accumulators at `s` + j, which stay in registers across the rows, kExactPassParts parts at a
 // time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy · a, in double, rounded once.
@@ -748,7 +750,7 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
 }
 
 // Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, which
-// the caller zeroes and sizes to whole vectors (RoundUp(width, kLanes) entries). Each column
+// the caller zeroes and sizes to whole vectors (RowsPitch(width) entries). Each column
 // adds its rows in order, as a column walked down the rows would (the bits are those of
 // adding down the column), but memory is read a few rows at a time, each row's piece
 // contiguous: walking a column down a row-major tensor read a line per row and page, and left

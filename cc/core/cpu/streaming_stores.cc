@@ -105,7 +105,7 @@ int64_t ForwardStreamingFootprintBytes() {
 
 MemoryRules KernelMemoryRules() {
   return {StreamingFootprintBytes(), LastLevelCacheBytes(), ForwardStreamingFootprintBytes(),
-          ParallelStreamingFootprintBytes()};
+          ParallelStreamingFootprintBytes(), !LastLevelCacheIsSocketWide()};
 }
 
 void FenceStreamingStores() {

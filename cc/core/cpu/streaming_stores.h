@@ -64,22 +64,27 @@ constexpr int64_t kCoreComplexCacheBytes = int64_t{64} << 20;
 // (benchmarks/tf_kernels_interleaved.py --chain). Not yet measured that way on AMD.
 int64_t ForwardStreamingFootprintBytes();
 
-// The sizes that choose how a call uses memory, never its bits: x_backprop (or y) is written
-// with non-temporal stores where the call's tensors take more than streaming_footprint bytes
-// (and its other conditions hold), and rows go RowOrder::kByGroups (cpu_loops.h) where the
+// What chooses how a call uses memory, never its bits: x_backprop (or y) is written with
+// non-temporal stores where the call's tensors take more than streaming_footprint bytes (and
+// its other conditions hold), and rows go RowOrder::kByGroups (cpu_loops.h) where the
 // gradient's three tensors, or the forward's x, take at most grouped_bytes. (Measured on a Zen
 // 5: the forward's y, evaluated in double, gains from groups up to x at the cache's size; the
-// gradient's x_backprop, in float, gains less and lost where the call's bytes passed the cache.)
+// gradient's x_backprop, in float, gains less and lost where the call's bytes passed the
+// cache.) exact_strips: the gradient's exact family (channels last, training) may read strips
+// of columns, each element once at a stride, rather than blocks of rows twice in order
+// (bn_grad_cpu.cc, RunExactStrips).
 struct MemoryRules {
   int64_t streaming_footprint;           // the gradient's x_backprop
   int64_t grouped_bytes;
   int64_t forward_streaming_footprint;   // the forward's y on one thread
   int64_t parallel_streaming_footprint;  // the forward's y on several threads
+  bool exact_strips;
 };
 // The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes(),
-// ForwardStreamingFootprintBytes(), ParallelStreamingFootprintBytes()}, streaming as above and
-// groups where the reads fit the last-level cache as this machine reports its size (tests and
-// benchmarks pass others).
+// ForwardStreamingFootprintBytes(), ParallelStreamingFootprintBytes(),
+// !LastLevelCacheIsSocketWide()}, streaming as above, groups where the reads fit the
+// last-level cache as this machine reports its size, strips beside a core complex's L3 (tests
+// and benchmarks pass others).
 MemoryRules KernelMemoryRules();
 
 // Orders the calling thread's non-temporal stores before its later stores, so that a thread
