@@ -175,6 +175,12 @@ struct CpuLoops {
   void (*exact_bounded_sum_runs)(const T* dy, const T* x, const double* mean, int64_t length,
                                  int64_t channels, int64_t count, int64_t stride,
                                  BoundedSum* sum_dy, BoundedSum* sum_dy_xc);
+  // The same, and inference's x_backprop of the runs: dx = dy · scale_inv_std[c], in double,
+  // rounded once.
+  void (*exact_bounded_sum_runs_inference)(const T* dy, const T* x, T* dx, const double* mean,
+                                           const double* scale_inv_std, int64_t length,
+                                           int64_t channels, int64_t count, int64_t stride,
+                                           BoundedSum* sum_dy, BoundedSum* sum_dy_xc);
   // x_backprop, in double, rounded once; inference where k.dy_mean is null. Rows streamed as
   // above, in `order`; the runs as exact_sum_runs's, coefficients per channel.
   void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,

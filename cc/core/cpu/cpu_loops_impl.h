@@ -633,40 +633,80 @@ struct Bounded {
   }
 };
 
+// Part `part` of the 16 elements at p as doubles (the first n of the 16 exist).
+template <typename T, bool kWhole>
+FBN_INLINE DoublePart LoadPartAsDoubles(const T* p, int part, int n) {
+  if constexpr (kWhole) return LoadPartAsDoubles(p + part * kDoublePartLanes);
+  return LoadWidened(p, n).part[part];
+}
+
+// LoadWidened(p, n) for n < 16: AVX-512 loads and converts only the register parts that hold any
+// of the n floats.
+template <typename T>
+FBN_INLINE Doubles LoadWidenedParts(const T* p, int n) {
+#if defined(FBN_SIMD_AVX512)
+  if constexpr (std::is_same_v<T, float>) {
+    Doubles d{};
+    for (int part = 0; part < kDoubleParts && part * kDoublePartLanes < n; ++part) {
+      const int lanes = std::min(n - part * kDoublePartLanes, kDoublePartLanes);
+      const __mmask8 mask = static_cast<__mmask8>((1u << lanes) - 1u);
+      d.part[part] = reinterpret_cast<DoublePart>(
+          _mm512_cvtps_pd(_mm256_maskz_loadu_ps(mask, p + part * kDoublePartLanes)));
+    }
+    return d;
+  }
+#endif
+  return LoadWidened(p, n);
+}
+
 // Runs of up to kExactRunChannels consecutive channels, image by image (memory order; a
 // channel's own runs lie a whole image apart), each channel's lanes kept in L1 between its
 // runs. Every channel's lanes see its elements in the order of summing channel by channel, run
 // after run, so the bits are those of that order. Each channel's lanes are then reduced into
-// sums_dy[c] and sums_dy_xc[c].
-template <typename Policy, typename T>
-void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, int64_t channels,
-                  int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
-                  typename Policy::Sum* sums_dy_xc) {
+// sums_dy[c] and sums_dy_xc[c]. A run's last, partial vector is added only in the register
+// parts it fills (a 7x7 plane ends in one element): the other lanes would have added zeros,
+// which change no sum. With kDx (inference) also x_backprop = dy · scale_inv_std[c], in double,
+// rounded once, as it sums.
+template <typename Policy, typename T, Dx kDx = Dx::kNone>
+void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
+                      const double* scale_inv_std, int64_t length, int64_t channels,
+                      int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
+                      typename Policy::Sum* sums_dy_xc) {
   struct Lanes {
     Doubles sum_dy, aux_dy, sum_dy_xc, aux_dy_xc;
   };
   Lanes lanes[kExactRunChannels] = {};
   for (int64_t k = 0; k < count; ++k) {
     for (int64_t c = 0; c < channels; ++c) {
-      const T* d_run = dy + c * length + k * stride;
-      const T* x_run = x + c * length + k * stride;
+      const int64_t at = c * length + k * stride;
+      const T* d_run = dy + at;
+      const T* x_run = x + at;
       const Doubles m = BroadcastDoubles(mean[c]);
+      Doubles a;
+      if constexpr (kDx != Dx::kNone) a = BroadcastDoubles(scale_inv_std[c]);
       Lanes l = lanes[c];
       int64_t i = 0;
-      if constexpr (std::is_same_v<T, float>) {
-        for (; i + kLanes <= length; i += kLanes) {
-          const Doubles d = LoadAsDoubles(d_run + i);
-          Policy::Add(&l.sum_dy, &l.aux_dy, d);
-          Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (LoadAsDoubles(x_run + i) - m));
+      for (; i + kLanes <= length; i += kLanes) {
+        Doubles d, v;
+        for (int p = 0; p < kDoubleParts; ++p) {
+          d.part[p] = LoadPartAsDoubles<T, true>(d_run + i, p, kLanes);
+          v.part[p] = LoadPartAsDoubles<T, true>(x_run + i, p, kLanes);
         }
-      }
-      for (; i < length; i += kLanes) {
-        // Missing lanes of the last vector are zeros (MeanForLanes): they change no sum.
-        const int n = static_cast<int>(std::min<int64_t>(kLanes, length - i));
-        const Doubles d = ToDoubles(LoadUpTo(d_run + i, n));
         Policy::Add(&l.sum_dy, &l.aux_dy, d);
-        Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc,
-                    d * (ToDoubles(LoadUpTo(x_run + i, n)) - MeanForLanes(m, mean[c], n)));
+        Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (v - m));
+        if constexpr (kDx != Dx::kNone) StoreRounded(dx + at + i, d * a, kLanes, false);
+      }
+      if (i < length) {
+        // Missing lanes of the last vector are zeros (MeanForLanes).
+        const int n = static_cast<int>(length - i);
+        const Doubles d = LoadWidenedParts(d_run + i, n), v = LoadWidenedParts(x_run + i, n);
+        const Doubles mn = MeanForLanes(m, mean[c], n);
+        for (int p = 0; p < kDoubleParts && p * kDoublePartLanes < n; ++p) {
+          Policy::Add(&l.sum_dy.part[p], &l.aux_dy.part[p], d.part[p]);
+          Policy::Add(&l.sum_dy_xc.part[p], &l.aux_dy_xc.part[p],
+                      d.part[p] * (v.part[p] - mn.part[p]));
+        }
+        if constexpr (kDx != Dx::kNone) StoreRounded(dx + at + i, d * a, n, false);
       }
       lanes[c] = l;
     }
@@ -678,6 +718,23 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, i
     Policy::Reduce(l.sum_dy, l.aux_dy, &sums_dy[c]);
     Policy::Reduce(l.sum_dy_xc, l.aux_dy_xc, &sums_dy_xc[c]);
   }
+}
+
+template <typename Policy, typename T>
+void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, int64_t channels,
+                  int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
+                  typename Policy::Sum* sums_dy_xc) {
+  ExactSumRunsImpl<Policy, T>(dy, x, nullptr, mean, nullptr, length, channels, count, stride,
+                              sums_dy, sums_dy_xc);
+}
+
+template <typename T>
+void ExactBoundedSumRunsInference(const T* dy, const T* x, T* dx, const double* mean,
+                                  const double* scale_inv_std, int64_t length, int64_t channels,
+                                  int64_t count, int64_t stride, BoundedSum* sums_dy,
+                                  BoundedSum* sums_dy_xc) {
+  ExactSumRunsImpl<Bounded, T, Dx::kStore>(dy, x, dx, mean, scale_inv_std, length, channels,
+                                           count, stride, sums_dy, sums_dy_xc);
 }
 
 // Double parts (registers) of a vector of 16 columns that one pass down a group of rows sums:
@@ -696,13 +753,6 @@ constexpr int kExactPassParts = 1;
 // Inference writes x_backprop as it sums where a pass holds a whole vector (the element is in
 // registers, in double, already); elsewhere in a second walk of the window, from the cache.
 constexpr bool kExactDxAsItSums = kExactPassParts == kDoubleParts;
-
-// Part `part` of the 16 elements at p as doubles (the first n of the 16 exist).
-template <typename T, bool kWhole>
-FBN_INLINE DoublePart LoadPartAsDoubles(const T* p, int part, int n) {
-  if constexpr (kWhole) return LoadPartAsDoubles(p + part * kDoublePartLanes);
-  return LoadWidened(p, n).part[part];
-}
 
 static_assert(kLanes == kColumnVector, "a rows loop's vector is its callers' column vector");
 
@@ -922,7 +972,7 @@ const CpuLoops<T>* Loops() {
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
       ExactSumRows<Compensated, T>, ExactSumRuns<Compensated, T>,
       ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
-      ExactDxRows<T>,      ExactDxRuns<T>};
+      ExactBoundedSumRunsInference<T>, ExactDxRows<T>, ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()
