@@ -24,6 +24,8 @@ CORE_BENCH_ARGS ?=
 # Python and fresh interpreters, so two workers halve its time on two cores. Each worker imports
 # TensorFlow (about 1 GB): raise it only with the memory to match.
 PYTEST_WORKERS ?= 2
+# Steps `make test` runs at once: most are one compiler or one test program, so one per core.
+TEST_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CXX        ?= g++
 # nvcc: from CUDA_HOME, else PATH (as setup.py finds it); empty means no CUDA here.
 NVCC       ?= $(shell if [ -x "$$CUDA_HOME/bin/nvcc" ]; then echo "$$CUDA_HOME/bin/nvcc"; \
@@ -56,7 +58,7 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 
 .PHONY: demo test lib core-test core-bench gpu-test gpu-code-check gpu-sass-report gpu-test-large gpu-bench gpu-emu-test \
         graph-api-test \
-        sanitize fuzz fuzz-xla test-large \
+        sanitize sanitize-ops fuzz fuzz-xla test-large \
         tf-matrix bazel-test bench wheel wheel-smoke wheels gpu-peers gpu-peers-emu xla-ffi-lib \
         tf-cuda-bundle platform-test sdist arm64-core-test wheel-aarch64 bench-sync bench-sync-xla \
         xla-ffi-test help clean build-description
@@ -69,8 +71,11 @@ demo: lib
 
 TEST_STEPS := lib core-test gpu-emu-test $(if $(NVCC),gpu-test gpu-code-check) graph-api-test xla-ffi-lib \
               xla-ffi-test sanitize
+# The steps run TEST_JOBS at a time, each one's output printed whole when it ends; then pytest,
+# whose workers take the cores.
 ## every test CI runs: C++ core (CUDA emulated, and on a GPU), graph API, FFI, sanitizers, pytest
-test: $(TEST_STEPS)
+test:
+	$(MAKE) -j$(TEST_JOBS) --output-sync=target $(TEST_STEPS)
 	$(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) tests
 
 ## the op library, built in place (an editable install into the venv)
@@ -147,11 +152,9 @@ $(OBJ)/asan/cc/tests/xla_ffi_fake_api.o: cc/tests/xla_ffi_fake_api.cc $(CC_FILES
 
 ### The CPU core (no TensorFlow)
 
+CORE_TESTS := core_test core_stages_test core_forward_test
 ## the CPU core's tests (plain g++, no TensorFlow)
-core-test: $(CORE_TEST) $(CORE_STAGES_TEST) $(CORE_FORWARD_TEST)
-	./$(CORE_TEST)
-	./$(CORE_STAGES_TEST)
-	./$(CORE_FORWARD_TEST)
+core-test: $(addprefix run-,$(CORE_TESTS))
 
 # The core needs no TensorFlow: plain g++.
 $(CORE_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
@@ -231,8 +234,7 @@ $(GPU_BENCH_EMU): $(ASAN_CUDA_EMU_OBJECTS) $(CC_FILES) benchmarks/gpu_bench.cu
 	$(CXX) $(ASAN_FLAGS) -x c++ benchmarks/gpu_bench.cu -x none $(ASAN_CUDA_EMU_OBJECTS) -o $@
 
 ## the CUDA core's test and its benchmark's calls on the host emulator, ASan+UBSan (no GPU/nvcc)
-gpu-emu-test: $(GPU_EMU_TEST) $(GPU_BENCH_EMU)
-	ASAN_OPTIONS=abort_on_error=1 ./$(GPU_EMU_TEST)
+gpu-emu-test: run-gpu_emu_test $(GPU_BENCH_EMU)
 	cc/tests/gpu_presence_test.sh ./$(GPU_EMU_TEST)
 	ASAN_OPTIONS=abort_on_error=1 FBN_BENCH_SHAPES=1x8x8x32 ./$(GPU_BENCH_EMU)
 
@@ -296,8 +298,9 @@ XLA_FFI_GPU_OBJECTS := $(patsubst cc/core/gpu/%.cu,build/xla_ffi_gpu/%.o,$(CORE_
 ## the XLA FFI handlers as a library of their own, for JAX or any XLA
 xla-ffi-lib: $(XLA_FFI_LIB)
 
-# Copied, not included in place: a GPU machine without TensorFlow gets them with the tree.
-$(XLA_FFI_HEADER):
+# Copied, not included in place: a GPU machine without TensorFlow gets them with the tree. The
+# environment comes first only where they are still to be copied.
+$(XLA_FFI_HEADER): $(if $(wildcard $(XLA_FFI_HEADER)),,$(DEPS))
 	@test -x $(PY) || { echo "$@ is copied from TensorFlow's headers: make lib first"; exit 1; }
 	mkdir -p $(dir $@)
 	cp "$$($(PY) -c 'import tensorflow as tf; print(tf.sysconfig.get_include())')"/xla/ffi/api/*.h \
@@ -353,14 +356,10 @@ $(XLA_FFI_SYNC_TEST): cc/tests/xla_ffi_sync_test.cc $(XLA_FFI_HOST_OBJECTS) \
                       $(XLA_FFI_CUDA_OBJECTS) $(CC_FILES)
 	$(XLA_FFI_TEST_LINK)
 
+XLA_FFI_TESTS := $(patsubst build/%,%,$(XLA_FFI_TEST) $(XLA_FFI_FORWARD_TEST) \
+                   $(XLA_FFI_FORWARD_EMU_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST))
 ## the FFI handlers on a fake XLA runtime, CPU and emulated CUDA, under ASan+UBSan
-xla-ffi-test: $(XLA_FFI_TEST) $(XLA_FFI_EMU_TEST) $(XLA_FFI_SYNC_TEST) $(XLA_FFI_FORWARD_TEST) \
-              $(XLA_FFI_FORWARD_EMU_TEST)
-	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_TEST)
-	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_FORWARD_TEST)
-	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_FORWARD_EMU_TEST)
-	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_EMU_TEST)
-	ASAN_OPTIONS=abort_on_error=1 ./$(XLA_FFI_SYNC_TEST)
+xla-ffi-test: $(addprefix run-,$(XLA_FFI_TESTS))
 
 # The same number of cases, each compiled by XLA and held to the kernel's bits (hours: one XLA
 # compilation per case).
@@ -416,17 +415,17 @@ SANITIZE_XLA_TESTS := $(CURDIR)/tests/test_xla.py $(CURDIR)/tests/test_forward_x
                       -k "bad_shapes or traced_outside or (jit_parity and NHWC-train-2x4x5x3) \
                           or bad_inputs or compiled_empty or V3-NCHW-float16"
 
+# The core's test programs under ASan+UBSan (run-sanitize/<program>), then the op library.
+SANITIZE_CORE_TESTS := $(addprefix sanitize/,$(CORE_TESTS))
+$(addprefix build/,$(SANITIZE_CORE_TESTS)): $(SANITIZE_DIR)/%: cc/tests/%.cc $(ASAN_CORE_OBJECTS) \
+                                            $(CC_FILES)
+	mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) $< -o $@
+
 ## ASan+UBSan builds of the core tests and the op library, op tests under them
-sanitize: $(DEPS) $(ASAN_CORE_OBJECTS)
-	mkdir -p $(SANITIZE_DIR)
-	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_test.cc -o $(SANITIZE_DIR)/core_test
-	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_test
-	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_stages_test.cc \
-	    -o $(SANITIZE_DIR)/core_stages_test
-	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_stages_test
-	$(CXX) $(ASAN_FLAGS) $(ASAN_CORE_OBJECTS) cc/tests/core_forward_test.cc \
-	    -o $(SANITIZE_DIR)/core_forward_test
-	ASAN_OPTIONS=abort_on_error=1 ./$(SANITIZE_DIR)/core_forward_test
+sanitize: $(addprefix run-,$(SANITIZE_CORE_TESTS)) sanitize-ops
+
+sanitize-ops: $(DEPS)
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
 	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
 	    --build-temp $(SANITIZE_DIR)/temp
@@ -436,6 +435,13 @@ sanitize: $(DEPS) $(ASAN_CORE_OBJECTS)
 	    --rootdir=$(CURDIR) $(SANITIZE_TESTS)
 	cd $(SANITIZE_DIR)/lib && $(SANITIZE_ENV) $(CURDIR)/$(PY) -m pytest -q -p no:cacheprovider \
 	    --rootdir=$(CURDIR) $(SANITIZE_XLA_TESTS)
+
+# A test program's run, as a target of its own (run-<program under build/>), so that `make -j`
+# runs the programs of a step side by side. Any sanitizer report aborts.
+TEST_RUNS := $(addprefix run-,$(CORE_TESTS) $(XLA_FFI_TESTS) $(SANITIZE_CORE_TESTS) gpu_emu_test)
+.PHONY: $(TEST_RUNS)
+$(TEST_RUNS): run-%: build/%
+	ASAN_OPTIONS=abort_on_error=1 ./$<
 
 ## a 100,000-case differential fuzz run against the float64 oracle
 fuzz: lib
