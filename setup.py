@@ -182,7 +182,7 @@ def tool_version(command: list[str]) -> str:
 
 
 def build_key(parts: dict[str, object]) -> str:
-    """A short hash of everything that changes the compiled objects."""
+    """A short hash of everything that changes what is built from `parts`."""
     text = "\n".join(f"{name}={parts[name]!r}" for name in sorted(parts))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -239,12 +239,14 @@ class BuildTensorFlowOps(build_ext):
             floor = None
         out_path = Path(self.get_ext_fullpath(ext.name))
         out_path.parent.mkdir(parents=True, exist_ok=True)
+        cxx_version = tool_version(cxx)
+        nvcc_version = tool_version([str(cuda.nvcc)]) if cuda else None
         key = build_key({
             "tensorflow": tf_version, "tf_cflags": tf_cflags, "tf_lflags": tf_lflags,
-            "cxx": cxx, "cxx_version": tool_version(cxx), "flags": COMMON_FLAGS + QUIET_TF_HEADERS,
+            "cxx": cxx, "cxx_version": cxx_version, "flags": COMMON_FLAGS + QUIET_TF_HEADERS,
             "sanitize": sanitize_flags(core=True),
             "cuda": str(cuda.root) if cuda else None,
-            "nvcc_version": tool_version([str(cuda.nvcc)]) if cuda else None,
+            "nvcc_version": nvcc_version,
             "nvcc_flags": list(cuda.extra_flags) if cuda else None,
             "cuda_archs": cuda_toolkit.arch_flags() if cuda else None,
             "xla": (xla_cflags, xla_lflags, no_xla_reason),
@@ -252,7 +254,7 @@ class BuildTensorFlowOps(build_ext):
             "glibc_floor": floor,
             "target": target["machine"] if target else None,
         })
-        obj_dir = Path(self.build_temp) / f"objects-{key}"
+        obj_dir = self.object_folder()
         obj_dir.mkdir(parents=True, exist_ok=True)
         headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_ONLY_SOURCES]
@@ -262,7 +264,6 @@ class BuildTensorFlowOps(build_ext):
         sources.sort(key=lambda s: s not in XLA_SHELL_SOURCES)
 
         def compile_one(source: str) -> Path:
-            obj = obj_dir / (source.replace("/", "_") + ".o")
             if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers
                 command = [str(cuda.nvcc), *cuda.extra_flags, *build_description.NVCC_FLAGS,
                            *build_description.OPTIMIZE_FLAGS, *build_description.NVCC_SHARED_FLAGS, f"-I{ROOT}",
@@ -276,8 +277,17 @@ class BuildTensorFlowOps(build_ext):
                            *sanitize_flags()]
                 if source in XLA_SHELL_SOURCES:
                     command += xla_cflags
+            # Named by all its bits depend on, so builds of other settings (a wheel's CUDA,
+            # another TensorFlow, the sanitizers) keep their own and reuse the rest.
+            reads_tensorflow = source not in CORE_SOURCES and source not in CUDA_SOURCES
+            obj = obj_dir / (source.replace("/", "_") + "-" + build_key({
+                "command": command,
+                "compiler": nvcc_version if source in CUDA_SOURCES else cxx_version,
+                "tensorflow": tf_version if reads_tensorflow else None}) + ".o")
             if self.force or _stale(obj, [ROOT / source, *headers, Path(__file__)]):
-                self._run([*command, "-c", str(ROOT / source), "-o", str(obj)])
+                partial = obj.with_suffix(f".{os.getpid()}.part")  # no half-written object stays
+                self._run([*command, "-c", str(ROOT / source), "-o", str(partial)])
+                partial.replace(obj)
             return obj
 
         jobs = int(os.environ.get("TF_FBN_OPS_JOBS", os.cpu_count() or 1))
@@ -316,6 +326,14 @@ class BuildTensorFlowOps(build_ext):
             f"GLIBC = {glibc_floor.highest_version(out_path, 'GLIBC')!r}\n"
             f"BUILD_KEY = {key!r}\n"
         )
+
+    def object_folder(self) -> Path:
+        """Where objects stay between builds. An editable build's build_temp is deleted after
+        it: it takes the regular build's, so `make lib` recompiles only what changed and a
+        wheel built next reuses its objects."""
+        if self.editable_mode:
+            return ROOT / "build" / f"temp.{self.plat_name}-{sys.implementation.cache_tag}"
+        return Path(self.build_temp)
 
     # The build-info file travels with the library wherever setuptools puts it: in place for
     # `pip install -e`, in build/ for a regular install.

@@ -1,6 +1,7 @@
-"""setup.py keys its objects on everything that changes them: a rebuild for another TensorFlow
-(or compiler, flags, CUDA set-up, sanitizer mode) compiles into a folder of its own and relinks
-the library, and an isolated build says what to do instead of a traceback."""
+"""setup.py names each object by everything its bits depend on and keys the library on everything
+that changes it: a rebuild for another TensorFlow (or compiler, flags, CUDA set-up, sanitizer
+mode) compiles anew what reads TensorFlow, reuses the rest and relinks the library, and an
+isolated build says what to do instead of a traceback."""
 
 from __future__ import annotations
 
@@ -42,15 +43,19 @@ def test_every_part_changes_the_key(setup_py, part: str, other) -> None:
     assert setup_py.build_key(BASE) != setup_py.build_key(dict(BASE, **{part: other}))
 
 
+# A source of the core (no TensorFlow) and one that reads TensorFlow's headers and calls it.
+SOURCES = ["cc/core/cpu/pool_parallel_for.cc", "cc/runtime/cpu_parallel_for.cc"]
+
+
 def _build(setup_py, monkeypatch, tmp_path: Path, tf_version: str) -> Path:
-    """Runs build_ext on one core source with TensorFlow reported as `tf_version`."""
+    """Runs build_ext on SOURCES with TensorFlow reported as `tf_version`."""
     flags = (tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags(), tf_version,
              Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()))
     monkeypatch.setattr(setup_py, "tensorflow_build_flags", lambda: flags)
     monkeypatch.setenv("TF_FBN_OPS_CUDA", "0")
     monkeypatch.setenv("TF_FBN_OPS_XLA", "0")  # one core source: nothing for XLA to add
     monkeypatch.delenv("TF_FBN_OPS_SANITIZE", raising=False)
-    ext = Extension("tf_fbn_ops._fbn_ops", sources=["cc/core/bn_grad_reference.cc"])
+    ext = Extension("tf_fbn_ops._fbn_ops", sources=SOURCES)
     dist = Distribution({"name": "probe", "ext_modules": [ext],
                          "cmdclass": {"build_ext": setup_py.BuildTensorFlowOps}})
     command = dist.get_command_obj("build_ext")
@@ -67,19 +72,29 @@ def _info(lib: Path) -> dict:
     return values
 
 
-def test_rebuild_for_another_tensorflow_never_reuses_objects(setup_py, monkeypatch,
-                                                             tmp_path: Path) -> None:
+def _objects(tmp_path: Path) -> dict[str, int]:
+    """Each object in the build's folder and when it was written."""
+    return {p.name: p.stat().st_mtime_ns for p in (tmp_path / "temp").iterdir()}
+
+
+def test_rebuild_for_another_tensorflow_recompiles_what_reads_it(setup_py, monkeypatch,
+                                                                 tmp_path: Path) -> None:
     lib = _build(setup_py, monkeypatch, tmp_path, "2.21.0")
     first = _info(lib)
-    objects_21 = {p.name for p in (tmp_path / "temp").iterdir()}
-    assert objects_21 == {f"objects-{first['BUILD_KEY']}"}
+    objects_21 = _objects(tmp_path)
+    assert sorted(name.split("-")[0] for name in objects_21) == [
+        "cc_core_cpu_pool_parallel_for.cc", "cc_runtime_cpu_parallel_for.cc"]
     first_link = (lib / "_fbn_ops.so").stat().st_mtime_ns
 
     lib = _build(setup_py, monkeypatch, tmp_path, "2.20.0")
     second = _info(lib)
     assert second["TF_VERSION"] == "2.20.0" and second["BUILD_KEY"] != first["BUILD_KEY"]
-    fresh = tmp_path / "temp" / f"objects-{second['BUILD_KEY']}"
-    assert any(fresh.iterdir()), "no objects compiled for the new key"
+    objects = _objects(tmp_path)
+    fresh = sorted(objects.keys() - objects_21.keys())
+    assert [name.split("-")[0] for name in fresh] == ["cc_runtime_cpu_parallel_for.cc"], \
+        "the source that reads TensorFlow was not compiled anew"
+    assert all(objects[name] == written for name, written in objects_21.items()), \
+        "an object of the first build was rewritten (the core's is reused as it was)"
     assert (lib / "_fbn_ops.so").stat().st_mtime_ns > first_link, "library not relinked"
 
     # Back to the first TensorFlow: its objects are still there and newer than nothing, yet the
@@ -87,6 +102,7 @@ def test_rebuild_for_another_tensorflow_never_reuses_objects(setup_py, monkeypat
     second_link = (lib / "_fbn_ops.so").stat().st_mtime_ns
     lib = _build(setup_py, monkeypatch, tmp_path, "2.21.0")
     assert _info(lib)["BUILD_KEY"] == first["BUILD_KEY"]
+    assert _objects(tmp_path) == objects, "nothing needed compiling"
     assert (lib / "_fbn_ops.so").stat().st_mtime_ns > second_link, "library not relinked"
 
 
