@@ -53,7 +53,7 @@ def _build(setup_py, monkeypatch, tmp_path: Path, tf_version: str) -> Path:
              Path(tf.sysconfig.get_include()), Path(tf.sysconfig.get_lib()))
     monkeypatch.setattr(setup_py, "tensorflow_build_flags", lambda: flags)
     monkeypatch.setenv("TF_FBN_OPS_CUDA", "0")
-    monkeypatch.setenv("TF_FBN_OPS_XLA", "0")  # one core source: nothing for XLA to add
+    monkeypatch.setenv("TF_FBN_OPS_XLA", "0")  # no XLA source among SOURCES: nothing to add
     monkeypatch.delenv("TF_FBN_OPS_SANITIZE", raising=False)
     ext = Extension("tf_fbn_ops._fbn_ops", sources=SOURCES)
     dist = Distribution({"name": "probe", "ext_modules": [ext],
