@@ -16,6 +16,7 @@
 #include "cc/kernels/fbn_forward_validation.h"
 #include "cc/kernels/fbn_grad_registration.h"
 #include "cc/kernels/saved_statistics.h"
+#include "cc/xla/kernel_lowering_context.h"
 #include "cc/xla/xla_forward_lowerings.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
@@ -40,12 +41,13 @@ class FbnBatchNormForwardXlaOp : public XlaOpKernel {
         ValidateForwardInputs(ctx->InputShape(0), ctx->InputShape(1), ctx->InputShape(2),
                               ctx->InputShape(3), ctx->InputShape(4), attrs_, &shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
+    KernelLoweringContext lowering(ctx);
     std::string why_hlo;
     if (ChooseXlaForwardPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
-      BuildForwardCustomCall(ctx, attrs_, save_inv_std_);
+      BuildForwardCustomCall(&lowering, attrs_, save_inv_std_);
     } else {
       VLOG(1) << "tf-fbn-ops: " << name() << " compiles to HLO: " << why_hlo;
-      BuildForwardHlo(ctx, attrs_, save_inv_std_, shape);
+      BuildForwardHlo(&lowering, attrs_, save_inv_std_, shape);
     }
     if (ctx->num_outputs() == 6) {
       ctx->SetOutput(5, EmptyFloatVector(ctx->builder()));

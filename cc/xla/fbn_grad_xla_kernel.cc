@@ -13,6 +13,7 @@
 #include "cc/kernels/fbn_grad_registration.h"
 #include "cc/kernels/fbn_grad_validation.h"
 #include "cc/kernels/saved_statistics.h"
+#include "cc/xla/kernel_lowering_context.h"
 #include "cc/xla/xla_grad_lowerings.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
@@ -38,12 +39,13 @@ class FbnBatchNormGradXlaOp : public XlaOpKernel {
         ValidateGradInputs(ctx->InputShape(0), ctx->InputShape(1), ctx->InputShape(2),
                            ctx->InputShape(3), ctx->InputShape(4), attrs_, &shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
+    KernelLoweringContext lowering(ctx);
     std::string why_hlo;
     if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
-      BuildGradCustomCall(ctx, attrs_, saved_inv_std_);
+      BuildGradCustomCall(&lowering, attrs_, saved_inv_std_);
     } else {
       VLOG(1) << "tf-fbn-ops: " << name() << " compiles to HLO: " << why_hlo;
-      BuildGradHlo(ctx, attrs_, saved_inv_std_, shape);
+      BuildGradHlo(&lowering, attrs_, saved_inv_std_, shape);
     }
   }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cc/kernels/sync_grad_validation.h"
+#include "cc/xla/kernel_lowering_context.h"
 #include "cc/xla/xla_grad_lowerings.h"
 #include "cc/xla_ffi/sync_grad_ffi.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
@@ -37,11 +38,12 @@ class SyncGradSumsXlaOp : public XlaOpKernel {
     const Status valid = ValidateSyncInputs(ctx->InputShape(0), ctx->InputShape(1),
                                             {{"mean", &mean_shape}}, attrs_, &shape);
     OP_REQUIRES(ctx, valid.ok(), valid);
+    KernelLoweringContext lowering(ctx);
     std::string why_hlo;
     if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
       const FfiResult sums{xla::F64, mean_shape};
       const std::vector<xla::XlaOp> outputs =
-          CallFfiTarget(ctx, fbn::xla_ffi::kSyncSumsTarget, {0, 1, 2}, {sums, sums},
+          CallFfiTarget(&lowering, fbn::xla_ffi::kSyncSumsTarget, {0, 1, 2}, {sums, sums},
                         FfiAttributes().Bool("channels_last", attrs_.channels_last));
       for (size_t i = 0; i < outputs.size(); ++i) ctx->SetOutput(static_cast<int>(i), outputs[i]);
       return;
@@ -50,8 +52,8 @@ class SyncGradSumsXlaOp : public XlaOpKernel {
     const ChannelBroadcast channels(x_shape, attrs_.channels_last ? x_shape.dims() - 1 : 1);
     const xla::XlaOp dy = Widen(ctx->Input(0));
     const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(2)));
-    ctx->SetOutput(0, channels.SumPerChannel(ctx, dy));
-    ctx->SetOutput(1, channels.SumPerChannel(ctx, dy * xc));
+    ctx->SetOutput(0, channels.SumPerChannel(&lowering, dy));
+    ctx->SetOutput(1, channels.SumPerChannel(&lowering, dy * xc));
   }
 
  private:
@@ -90,11 +92,12 @@ class SyncGradFromSumsXlaOp : public XlaOpKernel {
       const Status counted = ValidateGlobalCount(count, shape, &constant_count);
       OP_REQUIRES(ctx, counted.ok(), counted);
     }
+    KernelLoweringContext lowering(ctx);
     std::string why_hlo;
     if (ChooseXlaGradPath(device_type_, &why_hlo) == XlaGradPath::kCustomCall) {
       const FfiResult channel{xla::F32, scale};
       const std::vector<xla::XlaOp> outputs = CallFfiTarget(
-          ctx, fbn::xla_ffi::kSyncFromSumsTarget, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+          &lowering, fbn::xla_ffi::kSyncFromSumsTarget, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
           {{ctx->input_xla_type(1), ctx->InputShape(1)}, channel, channel},
           FfiAttributes()
               .Bool("channels_last", attrs_.channels_last)

@@ -8,8 +8,7 @@
 // C++ graph). jit_compile=True ignores the mark.
 #include <string>
 
-#include "cc/xla/xla_forward_lowerings.h"
-#include "cc/xla/xla_grad_lowerings.h"
+#include "cc/xla/xla_path.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 #include "tensorflow/core/common_runtime/optimization_registry.h"
 #include "tensorflow/core/graph/graph.h"

@@ -5,6 +5,7 @@
 
 #include "cc/xla/xla_forward_lowerings.h"
 #include "cc/xla_ffi/bn_forward_ffi.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
@@ -17,7 +18,7 @@ XlaGradPath ChooseXlaForwardPath(const DeviceType& device_type, std::string* why
   return ChooseXlaGradPath(device_type, why);
 }
 
-void BuildForwardCustomCall(XlaOpKernelContext* ctx, const ForwardAttrs& attrs,
+void BuildForwardCustomCall(LoweringContext* ctx, const ForwardAttrs& attrs,
                             bool save_inv_std) {
   const FfiResult y{ctx->input_xla_type(0), ctx->InputShape(0)};
   const FfiResult channel{xla::F32, ctx->InputShape(1)};

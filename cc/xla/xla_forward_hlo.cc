@@ -14,13 +14,13 @@ namespace tensorflow {
 namespace fbn_kernels {
 namespace {
 
-xla::XlaOp PerChannel(XlaOpKernelContext* ctx, float value, int64_t channels) {
+xla::XlaOp PerChannel(LoweringContext* ctx, float value, int64_t channels) {
   return xla::Broadcast(xla::ConstantR0<float>(ctx->builder(), value), {channels});
 }
 
 // An empty x (no element in a channel): y empty, batch statistics NaN, the reserve spaces 0,
 // in both modes and whatever the factor (FinishEmptyChannel).
-void SetEmptyForwardOutputs(XlaOpKernelContext* ctx, int64_t channels) {
+void SetEmptyForwardOutputs(LoweringContext* ctx, int64_t channels) {
   ctx->SetOutput(0, ctx->Input(0));
   const xla::XlaOp nan = PerChannel(ctx, std::numeric_limits<float>::quiet_NaN(), channels);
   const xla::XlaOp zero = PerChannel(ctx, 0.0f, channels);
@@ -32,7 +32,7 @@ void SetEmptyForwardOutputs(XlaOpKernelContext* ctx, int64_t channels) {
 
 }  // namespace
 
-void BuildForwardHlo(XlaOpKernelContext* ctx, const ForwardAttrs& attrs, bool save_inv_std,
+void BuildForwardHlo(LoweringContext* ctx, const ForwardAttrs& attrs, bool save_inv_std,
                      const fbn::Shape& shape) {
   if (shape.rest() == 0) {
     SetEmptyForwardOutputs(ctx, shape.channels);

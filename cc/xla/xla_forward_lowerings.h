@@ -5,8 +5,6 @@
 #ifndef TF_FBN_OPS_CC_XLA_XLA_FORWARD_LOWERINGS_H_
 #define TF_FBN_OPS_CC_XLA_XLA_FORWARD_LOWERINGS_H_
 
-#include <string>
-
 #include "cc/core/bn_forward.h"
 #include "cc/kernels/fbn_forward_validation.h"
 #include "cc/xla/xla_grad_lowerings.h"
@@ -14,17 +12,13 @@
 namespace tensorflow {
 namespace fbn_kernels {
 
-// The gradients' choice (ChooseXlaGradPath), except on a GPU: the forward's CUDA kernels have
-// not yet run on one, so there it compiles to the HLO lowering.
-XlaGradPath ChooseXlaForwardPath(const DeviceType& device_type, std::string* why);
-
 // save_inv_std: training saves 1/sqrt(var + eps) in reserve_space_2 (SavedInverseStd).
-void BuildForwardCustomCall(XlaOpKernelContext* ctx, const ForwardAttrs& attrs,
+void BuildForwardCustomCall(LoweringContext* ctx, const ForwardAttrs& attrs,
                             bool save_inv_std);
 
 // The reference's arithmetic (cc/core/bn_forward_reference.cc) in HLO: inputs widened to
 // double, the mean, then the squared deviations about it, each output rounded once from double.
-void BuildForwardHlo(XlaOpKernelContext* ctx, const ForwardAttrs& attrs, bool save_inv_std,
+void BuildForwardHlo(LoweringContext* ctx, const ForwardAttrs& attrs, bool save_inv_std,
                      const fbn::Shape& shape);
 
 }  // namespace fbn_kernels

@@ -16,6 +16,7 @@
 #include "cc/xla/xla_ffi_targets.h"
 #include "cc/xla/xla_grad_lowerings.h"
 #include "cc/xla_ffi/bn_grad_ffi.h"
+#include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
 #if FBN_XLA_FFI  // TensorFlow 2.20 and later, all with XLA under xla/
 #include "xla/shape_util.h"
@@ -69,7 +70,7 @@ std::string FfiAttributes::Dictionary() const {
   return "{" + text + "}";
 }
 
-std::vector<xla::XlaOp> CallFfiTarget(XlaOpKernelContext* ctx, const char* target,
+std::vector<xla::XlaOp> CallFfiTarget(LoweringContext* ctx, const char* target,
                                       const std::vector<int>& inputs,
                                       const std::vector<FfiResult>& results,
                                       const FfiAttributes& attributes) {
@@ -101,7 +102,7 @@ std::vector<xla::XlaOp> CallFfiTarget(XlaOpKernelContext* ctx, const char* targe
 #endif
 }
 
-void BuildGradCustomCall(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std) {
+void BuildGradCustomCall(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_std) {
   const FfiResult x_backprop{ctx->input_xla_type(1), ctx->InputShape(1)};
   const FfiResult channel{xla::F32, ctx->InputShape(2)};
   const std::vector<xla::XlaOp> outputs = CallFfiTarget(

@@ -11,7 +11,7 @@
 
 namespace tensorflow {
 namespace fbn_kernels {
-void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
+void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
                   const fbn::Shape& shape) {
   xla::XlaBuilder* b = ctx->builder();
   const TensorShape x_shape = ctx->InputShape(1);
@@ -64,7 +64,7 @@ xla::XlaOp EmptyFloatVector(xla::XlaBuilder* builder) {
   return xla::Broadcast(xla::ConstantR0<float>(builder, 0.0f), {0});
 }
 
-void SetEmptyReserveOutputs(XlaOpKernelContext* ctx) {
+void SetEmptyReserveOutputs(LoweringContext* ctx) {
   const xla::XlaOp empty = EmptyFloatVector(ctx->builder());
   ctx->SetOutput(3, empty);
   ctx->SetOutput(4, empty);

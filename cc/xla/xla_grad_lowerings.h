@@ -12,31 +12,13 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/kernels/fbn_grad_validation.h"
-#include "tensorflow/compiler/tf2xla/xla_op_kernel.h"
-
-// XLA's builder moved twice: under tensorflow/compiler/ up to TF 2.13 or so, then xla/client,
-// then xla/hlo/builder (setup.py checks that one of them is there).
-#if __has_include("xla/hlo/builder/xla_builder.h")
-#include "xla/hlo/builder/xla_builder.h"
-#elif __has_include("xla/client/xla_builder.h")
-#include "xla/client/xla_builder.h"
-#else
-#include "tensorflow/compiler/xla/client/xla_builder.h"
-#endif
+#include "cc/xla/lowering_context.h"
+#include "cc/xla/xla_path.h"
 
 namespace tensorflow {
 namespace fbn_kernels {
 
-// What compiles an op, as `python -m tf_fbn_ops info` and the tests name it.
-enum class XlaGradPath { kCustomCall, kHlo };
-
-// The path for ops compiled on `device_type` (XLA_CPU_JIT or XLA_GPU_JIT). kCustomCall unless
-// this build has no FFI handlers, they could not be registered for that platform, the GPU
-// kernels are off (driver too old), or TF_FBN_OPS_XLA_LOWERING=hlo asks for the HLO lowering.
-// `why` says why the HLO path was taken (empty for the custom call).
-XlaGradPath ChooseXlaGradPath(const DeviceType& device_type, std::string* why);
-
-void BuildGradCustomCall(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std);
+void BuildGradCustomCall(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_std);
 
 // A custom call's attributes, as the MLIR dictionary XLA's typed FFI decodes.
 class FfiAttributes {
@@ -57,12 +39,12 @@ struct FfiResult {
 // One call of our FFI target `target` (cc/xla_ffi/) on the kernel's inputs `inputs`, every
 // operand and result row-major: its results in order. Only on the custom-call path
 // (ChooseXlaGradPath); in a build without the handlers it sets an error and returns none.
-std::vector<xla::XlaOp> CallFfiTarget(XlaOpKernelContext* ctx, const char* target,
+std::vector<xla::XlaOp> CallFfiTarget(LoweringContext* ctx, const char* target,
                                       const std::vector<int>& inputs,
                                       const std::vector<FfiResult>& results,
                                       const FfiAttributes& attributes);
 
-void BuildGradHlo(XlaOpKernelContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
+void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
                   const fbn::Shape& shape);
 
 // The per-channel vectors (shape [C]) spread along x's channel dimension.
@@ -81,7 +63,7 @@ class ChannelBroadcast {
   }
 
   // Sum over every dimension but the channel one, in double.
-  xla::XlaOp SumPerChannel(XlaOpKernelContext* ctx, xla::XlaOp values) const {
+  xla::XlaOp SumPerChannel(LoweringContext* ctx, xla::XlaOp values) const {
     return xla::Reduce(values, xla::ConstantR0<double>(ctx->builder(), 0.0),
                        *ctx->GetOrCreateAdd(DT_DOUBLE), reduce_dims_);
   }
@@ -108,7 +90,7 @@ xla::XlaOp TrainingXBackprop(const ChannelBroadcast& channels, xla::XlaOp dy, xl
 xla::XlaOp EmptyFloatVector(xla::XlaBuilder* builder);
 
 // Outputs 3 and 4 exist for compatibility only: empty [0], as TensorFlow's CPU kernel.
-void SetEmptyReserveOutputs(XlaOpKernelContext* ctx);
+void SetEmptyReserveOutputs(LoweringContext* ctx);
 
 }  // namespace fbn_kernels
 }  // namespace tensorflow
