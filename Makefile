@@ -45,9 +45,6 @@ DEPS    := $(VENV)/.deps-installed-4
 BENCH_DEPS := $(VENV)/.bench-deps-installed
 LIBRARY := tf_fbn_ops/_fbn_ops.so
 CC_FILES := $(shell find cc -name '*.cc' -o -name '*.cu' -o -name '*.cuh' -o -name '*.h')
-CORE_TEST := build/core_test
-CORE_STAGES_TEST := build/core_stages_test
-CORE_FORWARD_TEST := build/core_forward_test
 GPU_TEST  := build/gpu_core_test
 GPU_BENCH := build/gpu_bench
 GPU_EMU_TEST := build/gpu_emu_test
@@ -69,10 +66,12 @@ GRAPH_API_EXAMPLE := build/graph_api_example
 demo: lib
 	$(PY) -m tf_fbn_ops demo
 
-TEST_STEPS := lib core-test gpu-emu-test $(if $(NVCC),gpu-test gpu-code-check) graph-api-test xla-ffi-lib \
-              xla-ffi-test sanitize
 # The steps run TEST_JOBS at a time, each one's output printed whole when it ends; then pytest,
-# whose workers take the cores.
+# whose workers take the cores. Make starts jobs in this order as their inputs are ready: the
+# longest single-threaded programs (the emulated CUDA test, the sanitized core tests: minutes
+# each) first, so that none of them runs alone at the end with a core idle.
+TEST_STEPS := gpu-emu-test sanitize lib core-test $(if $(NVCC),gpu-test gpu-code-check) \
+              graph-api-test xla-ffi-lib xla-ffi-test
 ## every test CI runs: C++ core (CUDA emulated, and on a GPU), graph API, FFI, sanitizers, pytest
 test:
 	$(MAKE) -j$(TEST_JOBS) --output-sync=target $(TEST_STEPS)
@@ -115,12 +114,12 @@ build-description:
 
 ### Objects the test programs share
 
-# Each source is compiled once for the programs that link it, per flag set: the core at -O2
-# (core-test), and under ASan+UBSan (sanitize, the FFI handlers' tests, the emulated CUDA
-# tests; the CUDA sources as C++ on the host emulator). CC_FILES as a prerequisite: any header
-# may be included.
+# Each source is compiled once for the programs that link it, per flag set: the core as the
+# library compiles it (core-test, core-bench, the FFI library), and under ASan+UBSan (sanitize,
+# the FFI handlers' tests, the emulated CUDA tests; the CUDA sources as C++ on the host
+# emulator). CC_FILES as a prerequisite: any header may be included.
 OBJ := build/obj
-CORE_TEST_OBJECTS := $(patsubst %.cc,$(OBJ)/o2/%.o,$(CORE_SOURCES))
+RELEASE_CORE_OBJECTS := $(patsubst %.cc,$(OBJ)/release/%.o,$(CORE_SOURCES))
 ASAN_CORE_OBJECTS := $(patsubst %.cc,$(OBJ)/asan/%.o,$(CORE_SOURCES))
 ASAN_REFERENCE_OBJECTS := $(OBJ)/asan/cc/core/bn_grad_reference.o \
                           $(OBJ)/asan/cc/core/bn_forward_reference.o
@@ -129,9 +128,12 @@ ASAN_CUDA_EMU_OBJECTS := $(patsubst %.cu,$(OBJ)/asan/%.o,$(CORE_CUDA_SOURCES)) \
 ASAN_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
               -Icc/tests/gpu_emulator
 
-$(OBJ)/o2/%.o: %.cc $(CC_FILES)
+# The library's flags (the core has no assert for -DNDEBUG to remove), -fPIC for the FFI library.
+RELEASE_OBJECT_FLAGS := $(CORE_FLAGS) $(RELEASE_FLAGS) -fPIC -Wall -Wextra
+
+$(OBJ)/release/%.o: %.cc $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra -c $< -o $@
+	$(CXX) $(RELEASE_OBJECT_FLAGS) -c $< -o $@
 
 $(OBJ)/asan/%.o: %.cc $(CC_FILES)
 	mkdir -p $(dir $@)
@@ -141,7 +143,27 @@ $(OBJ)/asan/%.o: %.cu $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(CXX) $(ASAN_FLAGS) -x c++ -c $< -o $@
 
-# The FFI handlers and the fake of XLA's runtime read XLA's FFI headers.
+# The CUDA core for the CUDA test (nvcc): each object with ptxas's report (<name>.ptxas.txt)
+# and the PTX nvcc made (<name>.keep/) beside it, which gpu-code-check reads, so the kernels it
+# checks are the ones tested, compiled once. ptxas's lines are kept out of the build's output.
+CUDA_TEST_OBJECTS := $(patsubst %.cu,$(OBJ)/cuda/%.o,$(CORE_CUDA_SOURCES))
+
+$(OBJ)/cuda/%.o: %.cu $(CC_FILES)
+	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+	rm -rf $(@:.o=.keep) && mkdir -p $(@:.o=.keep)
+	$(NVCC) $(NVCC_FLAGS) -Xptxas -v --keep --keep-dir $(@:.o=.keep) -c $< -o $@ \
+	    2> $(@:.o=.ptxas.txt) || { cat $(@:.o=.ptxas.txt) >&2; rm -f $@; exit 1; }
+	@grep -v '^ptxas info' $(@:.o=.ptxas.txt) >&2 || true
+
+# The FFI handlers and the fake of XLA's runtime read XLA's FFI headers, copied from
+# TensorFlow's (see xla-ffi-lib).
+XLA_FFI_INCLUDE ?= build/xla_ffi_include
+XLA_FFI_HEADER  := $(XLA_FFI_INCLUDE)/xla/ffi/api/ffi.h
+
+$(OBJ)/release/cc/xla_ffi/%.o: cc/xla_ffi/%.cc $(CC_FILES) $(XLA_FFI_HEADER)
+	mkdir -p $(dir $@)
+	$(CXX) $(RELEASE_OBJECT_FLAGS) -I$(XLA_FFI_INCLUDE) -c $< -o $@
+
 $(OBJ)/asan/cc/xla_ffi/%.o: cc/xla_ffi/%.cc $(CC_FILES) $(XLA_FFI_HEADER)
 	mkdir -p $(dir $@)
 	$(CXX) $(ASAN_FLAGS) -I$(XLA_FFI_INCLUDE) -c $< -o $@
@@ -156,32 +178,24 @@ CORE_TESTS := core_test core_stages_test core_forward_test
 ## the CPU core's tests (plain g++, no TensorFlow)
 core-test: $(addprefix run-,$(CORE_TESTS))
 
-# The core needs no TensorFlow: plain g++.
-$(CORE_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
+# The core needs no TensorFlow: plain g++. core_test: the gradient against its reference, its
+# bits across threads and instruction sets; core_stages_test: synchronized batch norm's two
+# stages against one call and the reference; core_forward_test: the forward, as core_test.
+$(addprefix build/,$(CORE_TESTS)): build/%: cc/tests/%.cc $(RELEASE_CORE_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_test.cc -o $@
-
-# Synchronized batch norm's two stages against one call and the reference (core_stages_test.cc).
-$(CORE_STAGES_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
-	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_stages_test.cc -o $@
-
-# The forward core against its reference, its bits across threads and instruction sets.
-$(CORE_FORWARD_TEST): $(CORE_TEST_OBJECTS) $(CC_FILES)
-	mkdir -p $(dir $@)
-	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(CORE_TEST_OBJECTS) cc/tests/core_forward_test.cc -o $@
+	$(CXX) $(CORE_FLAGS) -O2 -Wall -Wextra $(RELEASE_CORE_OBJECTS) $< -o $@
 
 # The CPU core alone (no TensorFlow) against the harness's streaming kernel, 1 and 2 threads
 # (options in CORE_BENCH_ARGS, listed in benchmarks/core_bench/core_bench.cc; --loops times
 # each inner loop by cache level); not a test. The streaming loops are compiled as the harness
 # compiles them (-march=native), the core as the library does.
 ## the CPU core alone against a streaming kernel, 1 and 2 threads (CORE_BENCH_ARGS=--loops)
-core-bench: $(CC_FILES) $(wildcard benchmarks/core_bench/*)
+core-bench: $(RELEASE_CORE_OBJECTS) $(CC_FILES) $(wildcard benchmarks/core_bench/*)
 	mkdir -p build
 	$(CXX) -O3 -march=native -fopenmp-simd -c benchmarks/core_bench/stream_loops.cc \
 	    -o build/core_bench_stream_loops.o
-	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) $(CORE_SOURCES) benchmarks/core_bench/core_bench.cc \
-	    build/core_bench_stream_loops.o -o build/core_bench
+	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) $(RELEASE_CORE_OBJECTS) \
+	    benchmarks/core_bench/core_bench.cc build/core_bench_stream_loops.o -o build/core_bench
 	./build/core_bench $(CORE_BENCH_ARGS)
 
 # The CPU core built for Linux AArch64 (Debian's cross compiler) and run under qemu: its test,
@@ -192,20 +206,18 @@ arm64-core-test:
 
 ### The CUDA core (no TensorFlow)
 
-$(GPU_TEST): $(CC_FILES)
-	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
+$(GPU_TEST): $(CUDA_TEST_OBJECTS) $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) cc/core/bn_grad_reference.cc cc/core/bn_forward_reference.cc \
-	    $(CORE_CUDA_SOURCES) cc/tests/gpu_core_test.cu -o $@
+	    $(CUDA_TEST_OBJECTS) cc/tests/gpu_core_test.cu -o $@
 
 ## the CUDA core's test (nvcc; SKIP without a GPU, a failure with FBN_REQUIRE_GPU=1)
 gpu-test: $(GPU_TEST)
 	./$(GPU_TEST)
 
 ## the CUDA kernels as compiled for every GPU_ARCHS: no spills, vector loads and stores (nvcc)
-gpu-code-check:
-	@test -n "$(NVCC)" || { echo "no nvcc: set CUDA_HOME or put nvcc on PATH"; exit 1; }
-	python3 tools/gpu_code_check.py "$(NVCC)" "$(GPU_ARCHS)" $(CORE_CUDA_SOURCES)
+gpu-code-check: $(CUDA_TEST_OBJECTS)
+	python3 tools/gpu_code_check.py "$(GPU_ARCHS)" $(CUDA_TEST_OBJECTS)
 
 ## the CUDA kernels' machine code for one architecture (SASS_ARCH, default 90): global loads
 ## and stores per kernel (nvcc; NVIDIA's cuobjdump and nvdisasm, from PyPI if not on PATH)
@@ -288,10 +300,9 @@ tf-cuda-bundle:
 # XLA's FFI headers copied from the venv's TensorFlow (2.20 or later) into XLA_FFI_INCLUDE, for
 # JAX or any XLA. XLA_FFI_CUDA=1 adds the CUDA core and handler (nvcc; GPU_ARCHS).
 XLA_FFI_LIB     := build/libtf_fbn_ops_xla_ffi.so
-XLA_FFI_INCLUDE ?= build/xla_ffi_include
 XLA_FFI_CUDA    ?= 0
-XLA_FFI_HEADER  := $(XLA_FFI_INCLUDE)/xla/ffi/api/ffi.h
-XLA_FFI_LIB_SOURCES := $(CORE_SOURCES) $(XLA_FFI_SOURCES)
+XLA_FFI_LIB_OBJECTS := $(RELEASE_CORE_OBJECTS) \
+                       $(patsubst %.cc,$(OBJ)/release/%.o,$(XLA_FFI_SOURCES))
 # One object per CUDA source: nvcc compiles one file per -c with -o.
 XLA_FFI_GPU_OBJECTS := $(patsubst cc/core/gpu/%.cu,build/xla_ffi_gpu/%.o,$(CORE_CUDA_SOURCES))
 
@@ -311,9 +322,10 @@ build/xla_ffi_gpu/%.o: cc/core/gpu/%.cu $(CC_FILES)
 	mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -DNDEBUG $(NVCC_SHARED_FLAGS) -c $< -o $@
 
-$(XLA_FFI_LIB): $(CC_FILES) $(XLA_FFI_HEADER) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECTS))
+$(XLA_FFI_LIB): $(XLA_FFI_LIB_OBJECTS) $(CC_FILES) \
+                $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_OBJECTS))
 	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) -fPIC -shared -I$(XLA_FFI_INCLUDE) \
-	    $(XLA_FFI_LIB_SOURCES) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_SOURCES) \
+	    $(XLA_FFI_LIB_OBJECTS) $(if $(filter 1,$(XLA_FFI_CUDA)),$(XLA_FFI_GPU_SOURCES) \
 	    $(XLA_FFI_GPU_OBJECTS) -L$(dir $(NVCC))../lib64 -L$(dir $(NVCC))../lib -l:libcudart_static.a \
 	    -ldl -lrt) -Wl,--no-undefined -o $@
 

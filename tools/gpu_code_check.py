@@ -1,8 +1,9 @@
 """The CUDA core's kernels as the compiler made them, read without a GPU.
 
-Compiles each CUDA source of the core for every architecture of the build (nvcc with
-`-Xptxas -v`, keeping the PTX), prints each kernel's registers and spills per architecture, and
-fails where:
+Reads what nvcc left beside each object of the CUDA test's build (`make gpu-code-check` builds
+them with `-Xptxas -v --keep`): ptxas's report (<object>.ptxas.txt) and the PTX of every virtual
+architecture (<object>.keep/*.ptx). Prints each kernel's registers and spills per architecture,
+and fails where:
   - any kernel spills registers to local memory (on any architecture);
   - a vectorized sweep (the gradient's Sum*/Apply*, the forward's Moments*/Normalize*; vector
     width V > 1) stores anything narrower than 8 bytes other than as one vector instruction:
@@ -13,23 +14,15 @@ fails where:
 The load and store widths are read from the PTX, where nvcc decides them (ptxas keeps a PTX
 vector access one instruction); registers and spills from ptxas, which decides those.
 
-Usage: python tools/gpu_code_check.py NVCC "ARCHS" SOURCE...   (ARCHS: "75 80 86 89 90")
+Usage: python tools/gpu_code_check.py "ARCHS" OBJECT...   (ARCHS: "75 80 86 89 90")
 """
 
 from __future__ import annotations
 
 import collections
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from build_support.build_description import NVCC_FLAGS as LANGUAGE_FLAGS  # noqa: E402
-
-# The library's flags for CUDA sources (the build description's) at the test programs' -O3.
-NVCC_FLAGS = [*LANGUAGE_FLAGS, "-O3", "-I."]
 
 ENTRY = re.compile(r"^(?:\.visible |\.weak )?\.entry (\S+)\(", re.M)
 PTXAS_ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\d+)'")
@@ -55,16 +48,15 @@ def short_name(mangled: str) -> str:
     return f"{match.group(2)}<{args.rstrip('E')}>"
 
 
-def compile_source(nvcc: str, archs: list[str], source: str, keep: Path):
-    """ptxas's usage per (kernel, arch) and the PTX text per virtual architecture."""
-    gencode = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    command = [nvcc, *NVCC_FLAGS, *gencode, "-Xptxas", "-v", "--keep", "--keep-dir", str(keep),
-               "-c", source, "-o", str(keep / (Path(source).stem + ".o"))]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        sys.exit(f"nvcc failed on {source}:\n{result.stderr}")
+def read_build(obj: Path):
+    """ptxas's usage per (kernel, arch) and the PTX text per virtual architecture, as nvcc
+    left them beside one object."""
+    report = obj.with_suffix(".ptxas.txt")
+    keep = obj.with_suffix(".keep")
+    if not report.is_file() or not keep.is_dir():
+        sys.exit(f"{obj}: no ptxas report or PTX beside it (build it with make gpu-code-check)")
     usage, entry = {}, None
-    for line in result.stderr.splitlines():
+    for line in report.read_text().splitlines():
         if (m := PTXAS_ENTRY.search(line)):
             entry = (m.group(1), m.group(2))
             usage[entry] = Usage(0, 0, 0, 0)
@@ -73,7 +65,9 @@ def compile_source(nvcc: str, archs: list[str], source: str, keep: Path):
                 stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
         elif entry and (m := PTXAS_REGISTERS.search(line)):
             usage[entry] = usage[entry]._replace(registers=int(m.group(1)))
-    ptx = {path.name: path.read_text() for path in keep.glob(Path(source).stem + "*.ptx")}
+    ptx = {path.name: path.read_text() for path in keep.glob("*.ptx")}
+    if not usage or not ptx:
+        sys.exit(f"{obj}: ptxas reported no kernel, or nvcc kept no PTX")
     return usage, ptx
 
 
@@ -107,27 +101,27 @@ def sweep_problems(name: str, body: str) -> list[str]:
 
 
 def main() -> int:
-    if len(sys.argv) < 4:
+    if len(sys.argv) < 3:
         sys.exit(__doc__)
-    nvcc, archs, sources = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
+    archs, objects = sys.argv[1].split(), [Path(o) for o in sys.argv[2:]]
     failures = []
-    with tempfile.TemporaryDirectory() as keep_dir:
-        keep = Path(keep_dir)
-        for source in sources:
-            usage, ptx_files = compile_source(nvcc, archs, source, keep)
-            print(f"{source}: {len({k for k, _ in usage})} kernels, sm_{', sm_'.join(archs)}")
-            print(f"  {'kernel':<44} {'registers (per arch)':<26} spills")
-            for kernel in sorted({k for k, _ in usage}, key=short_name):
-                per_arch = [usage.get((kernel, f"sm_{a}")) for a in archs]
-                spills = sum(u.spill_stores + u.spill_loads for u in per_arch if u)
-                registers = " ".join(str(u.registers) if u else "-" for u in per_arch)
-                print(f"  {short_name(kernel):<44} {registers:<26} {spills}")
-                if spills:
-                    failures.append(f"{short_name(kernel)} spills ({spills} bytes in all)")
-            for ptx_name, ptx in sorted(ptx_files.items()):
-                for kernel, body in kernels_of(ptx):
-                    for problem in sweep_problems(kernel, body):
-                        failures.append(f"{short_name(kernel)} ({ptx_name}): {problem}")
+    for obj in objects:
+        usage, ptx_files = read_build(obj)
+        print(f"{obj}: {len({k for k, _ in usage})} kernels, sm_{', sm_'.join(archs)}")
+        print(f"  {'kernel':<44} {'registers (per arch)':<26} spills")
+        for kernel in sorted({k for k, _ in usage}, key=short_name):
+            per_arch = [usage.get((kernel, f"sm_{a}")) for a in archs]
+            spills = sum(u.spill_stores + u.spill_loads for u in per_arch if u)
+            registers = " ".join(str(u.registers) if u else "-" for u in per_arch)
+            print(f"  {short_name(kernel):<44} {registers:<26} {spills}")
+            if spills:
+                failures.append(f"{short_name(kernel)} spills ({spills} bytes in all)")
+            if None in per_arch:
+                failures.append(f"{short_name(kernel)}: no ptxas report for every architecture")
+        for ptx_name, ptx in sorted(ptx_files.items()):
+            for kernel, body in kernels_of(ptx):
+                for problem in sweep_problems(kernel, body):
+                    failures.append(f"{short_name(kernel)} ({ptx_name}): {problem}")
     for failure in failures:
         print(f"FAIL: {failure}")
     print(f"gpu_code_check: {len(failures)} problems")
