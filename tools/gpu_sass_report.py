@@ -20,10 +20,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_code_check import NVCC_FLAGS, short_name  # noqa: E402
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from build_support.build_description import NVCC_FLAGS as LANGUAGE_FLAGS  # noqa: E402
+from gpu_code_check import short_name  # noqa: E402
+
+# The library's flags for CUDA sources (the build description's) at the test programs' -O3.
+NVCC_FLAGS = [*LANGUAGE_FLAGS, "-O3", "-I."]
 TOOLS_DIR = ROOT / "build" / "nvidia-tools"
 PACKAGES = {"cuobjdump": "nvidia-cuda-cuobjdump==13.2.51", "nvdisasm": "nvidia-cuda-nvdisasm"}
 
