@@ -73,6 +73,8 @@ FFI_HEADER = "xla/ffi/api/ffi.h"
 # What the XLA lowerings need from TensorFlow: tf2xla's kernel API and XLA's builder (which has
 # lived in three places), and the library that exports both.
 XLA_KERNEL_HEADER = "tensorflow/compiler/tf2xla/xla_op_kernel.h"
+# The one file that includes it (the XLA kernels), and all the lowerings read besides.
+XLA_KERNELS_SOURCE = "cc/xla/xla_op_kernels.cc"
 XLA_BUILDER_HEADERS = ("xla/hlo/builder/xla_builder.h", "xla/client/xla_builder.h",
                        "tensorflow/compiler/xla/client/xla_builder.h")
 XLA_LIBRARY = "libtensorflow_cc.so.2"
@@ -113,7 +115,7 @@ def xla_support(include: Path, lib: Path, cxx: list[str],
     if reason is None:
         preprocess = subprocess.run(
             [*cxx, *COMMON_FLAGS, *tf_cflags, *cflags, "-E", "-o", os.devnull,
-             str(ROOT / XLA_SHELL_SOURCES[0])], capture_output=True, text=True)
+             str(ROOT / XLA_KERNELS_SOURCE)], capture_output=True, text=True)
         if preprocess.returncode != 0:
             errors = [line for line in preprocess.stderr.splitlines() if "error" in line]
             first = (errors or ["the preprocessor failed"])[0].replace(f"{include}/", "")
@@ -260,8 +262,8 @@ class BuildTensorFlowOps(build_ext):
         sources = [s for s in ext.sources if cuda or s not in CUDA_ONLY_SOURCES]
         sources = [s for s in sources if not no_xla_reason or s not in XLA_SHELL_SOURCES]
         sources = [s for s in sources if not no_ffi_reason or s not in FFI_SOURCES]
-        # The XLA file takes several times longer than any other: start it first.
-        sources.sort(key=lambda s: s not in XLA_SHELL_SOURCES)
+        # The XLA files take longest, the kernels most of all: started first.
+        sources.sort(key=lambda s: (s != XLA_KERNELS_SOURCE, s not in XLA_SHELL_SOURCES))
 
         def compile_one(source: str) -> Path:
             if source in CUDA_SOURCES:  # nvcc; the CUDA core needs no TensorFlow headers

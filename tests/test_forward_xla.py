@@ -1,5 +1,5 @@
 """The forward ops (FbnFusedBatchNorm, V2, V3) under XLA (tf.function(jit_compile=True)), on both
-paths of cc/xla/fbn_forward_xla_kernel.cc: the custom call of the core's CPU forward (the non-jit
+paths of cc/xla/xla_op_kernels.cc: the custom call of the core's CPU forward (the non-jit
 kernel's bits) and the HLO lowering in double (TF_FBN_OPS_XLA_LOWERING=hlo; within a rounding of
 the kernel). Every version, layout, dtype and mode; the forward and its gradient compiled
 together; the Keras 3 layer compiled; empty input; bad shapes with the kernel's text; and

@@ -1,5 +1,5 @@
 """The shim's ops under XLA (tf.function(jit_compile=True)), on both paths of
-cc/xla/fbn_grad_xla_kernel.cc: custom calls of the kernels (XLA FFI; bit-identical to the
+cc/xla/xla_op_kernels.cc: custom calls of the kernels (XLA FFI; bit-identical to the
 non-jit kernels) and the HLO lowering (TF_FBN_OPS_XLA_LOWERING=hlo; within an ulp of the float64
 oracle). Against the oracle, the non-jit kernels and TensorFlow's own ops, and the ways users
 reach them (fused_batch_norm, functions traced before, SavedModels, second-order gradients,

@@ -1,7 +1,7 @@
 // What a lowering reads and sets of the op being compiled: the few calls of TensorFlow's
 // XlaOpKernelContext it makes. The lowerings see only this and XLA's builder; the header that
 // defines XlaOpKernelContext (tf2xla/xla_op_kernel.h) takes several times longer to compile than
-// everything else a lowering reads, so only the kernels (*_xla_kernel.cc) include it, through
+// everything else a lowering reads, so only the kernels (xla_op_kernels.cc) include it, through
 // kernel_lowering_context.h.
 #ifndef TF_FBN_OPS_CC_XLA_LOWERING_CONTEXT_H_
 #define TF_FBN_OPS_CC_XLA_LOWERING_CONTEXT_H_

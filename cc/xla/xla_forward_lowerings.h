@@ -1,4 +1,4 @@
-// The two ways the XLA kernel of the forward ops (fbn_forward_xla_kernel.cc) compiles them, as
+// The two ways the XLA kernel of the forward ops (xla_op_kernels.cc) compiles them, as
 // for the gradients (xla_grad_lowerings.h): a custom call of our FFI target (the core's CPU
 // forward, the non-jit kernels' bits), or an HLO lowering in double. Both take inputs that
 // ValidateForwardInputs has accepted and set outputs 0-4 (V3's output 5 is the kernel's).

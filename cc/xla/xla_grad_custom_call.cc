@@ -4,8 +4,8 @@
 // Layouts are pinned: every operand and result is declared row-major (CustomCallWithLayout), so
 // XLA transposes, if ever, before and after the call, and the handler gets the dense NHWC or
 // NCHW memory the core expects. Attributes travel as the MLIR dictionary XLA's typed FFI reads
-// from the backend config, floats as their exact bit patterns. Synchronized batch norm's XLA
-// kernels (sync_grad_xla_kernel.cc) call their targets the same way.
+// from the backend config, floats as their exact bit patterns. Synchronized batch norm's
+// backward ops call their own targets (cc/xla_ffi/sync_grad_ffi.h) the same way.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +16,7 @@
 #include "cc/xla/xla_ffi_targets.h"
 #include "cc/xla/xla_grad_lowerings.h"
 #include "cc/xla_ffi/bn_grad_ffi.h"
+#include "cc/xla_ffi/sync_grad_ffi.h"
 #include "tensorflow/compiler/tf2xla/xla_op_registry.h"
 
 #if FBN_XLA_FFI  // TensorFlow 2.20 and later, all with XLA under xla/
@@ -115,6 +116,31 @@ void BuildGradCustomCall(LoweringContext* ctx, const GradAttrs& attrs, bool save
   if (outputs.empty()) return;
   for (int i = 0; i < 3; ++i) ctx->SetOutput(i, outputs[i]);
   SetEmptyReserveOutputs(ctx);
+}
+
+namespace {
+
+void SetAllOutputs(LoweringContext* ctx, const std::vector<xla::XlaOp>& outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) ctx->SetOutput(static_cast<int>(i), outputs[i]);
+}
+
+}  // namespace
+
+void BuildSyncSumsCustomCall(LoweringContext* ctx, const SyncAttrs& attrs) {
+  const FfiResult sums{xla::F64, ctx->InputShape(2)};
+  SetAllOutputs(ctx, CallFfiTarget(ctx, fbn::xla_ffi::kSyncSumsTarget, {0, 1, 2}, {sums, sums},
+                                   FfiAttributes().Bool("channels_last", attrs.channels_last)));
+}
+
+void BuildSyncFromSumsCustomCall(LoweringContext* ctx, const SyncAttrs& attrs) {
+  const FfiResult x_backprop{ctx->input_xla_type(1), ctx->InputShape(1)};
+  const FfiResult channel{xla::F32, ctx->InputShape(2)};
+  SetAllOutputs(ctx, CallFfiTarget(ctx, fbn::xla_ffi::kSyncFromSumsTarget,
+                                   {0, 1, 2, 3, 4, 5, 6, 7, 8, 9},
+                                   {x_backprop, channel, channel},
+                                   FfiAttributes()
+                                       .Bool("channels_last", attrs.channels_last)
+                                       .F32("epsilon", attrs.epsilon)));
 }
 
 }  // namespace fbn_kernels

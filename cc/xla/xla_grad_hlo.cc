@@ -45,6 +45,30 @@ void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_s
   SetEmptyReserveOutputs(ctx);
 }
 
+void BuildSyncSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs) {
+  const TensorShape x_shape = ctx->InputShape(1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const xla::XlaOp dy = Widen(ctx->Input(0));
+  const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(2)));
+  ctx->SetOutput(0, channels.SumPerChannel(ctx, dy));
+  ctx->SetOutput(1, channels.SumPerChannel(ctx, dy * xc));
+}
+
+// Inputs: y_backprop, x, scale, mean, variance, the global sum_dy and sum_dy_xc, the global
+// count, the replica's own sum_dy and sum_dy_xc.
+void BuildSyncFromSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs) {
+  const TensorShape x_shape = ctx->InputShape(1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(3)));
+  const xla::XlaOp inv_std = InverseStd(Widen(ctx->Input(4)), attrs.epsilon);
+  const xla::XlaOp x_backprop =
+      TrainingXBackprop(channels, Widen(ctx->Input(0)), xc, Widen(ctx->Input(2)), inv_std,
+                        ctx->Input(5), ctx->Input(6), Widen(ctx->Input(7)));
+  ctx->SetOutput(0, xla::ConvertElementType(x_backprop, ctx->input_xla_type(1)));
+  ctx->SetOutput(1, xla::ConvertElementType(ctx->Input(9) * inv_std, xla::F32));
+  ctx->SetOutput(2, xla::ConvertElementType(ctx->Input(8), xla::F32));
+}
+
 xla::XlaOp InverseStd(xla::XlaOp variance, float epsilon) {
   xla::XlaBuilder* b = variance.builder();
   return xla::ConstantR0<double>(b, 1.0) /

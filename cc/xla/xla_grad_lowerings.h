@@ -1,8 +1,10 @@
-// The two ways the XLA kernel (fbn_grad_xla_kernel.cc) compiles a gradient op:
+// The two ways the XLA kernels (xla_op_kernels.cc) compile a gradient op, and synchronized
+// batch norm's two backward ops:
 //   - a custom call to our own handlers (cc/xla_ffi/) through XLA's typed FFI: the core's CPU or
 //     CUDA kernels run inside the compiled program, with the non-jit kernels' bits;
 //   - an HLO lowering, for TensorFlow wheels without what the FFI needs and on request.
-// Both take inputs that ValidateGradInputs has accepted and set all five outputs.
+// Each takes inputs that the op's validation (ValidateGradInputs, ValidateSyncInputs) has
+// accepted and sets all the op's outputs.
 #ifndef TF_FBN_OPS_CC_XLA_XLA_GRAD_LOWERINGS_H_
 #define TF_FBN_OPS_CC_XLA_XLA_GRAD_LOWERINGS_H_
 
@@ -12,6 +14,7 @@
 
 #include "cc/core/bn_grad.h"
 #include "cc/kernels/fbn_grad_validation.h"
+#include "cc/kernels/sync_grad_validation.h"
 #include "cc/xla/lowering_context.h"
 #include "cc/xla/xla_path.h"
 
@@ -46,6 +49,18 @@ std::vector<xla::XlaOp> CallFfiTarget(LoweringContext* ctx, const char* target,
 
 void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_std,
                   const fbn::Shape& shape);
+
+// FbnSyncBatchNormGradSums: float64 sum_dy and sum_dy_xc. The custom call has the kernels' bits;
+// the HLO lowering sums in double in XLA's order, the same on every replica that runs the same
+// program.
+void BuildSyncSumsCustomCall(LoweringContext* ctx, const SyncAttrs& attrs);
+void BuildSyncSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs);
+
+// FbnSyncBatchNormGradFromSums: x_backprop from the global sums and count (a run-time operand,
+// the all-reduce's), the replica's own scale_backprop and offset_backprop. The HLO lowering has
+// the gradient lowering's numerics (double, each output rounded once).
+void BuildSyncFromSumsCustomCall(LoweringContext* ctx, const SyncAttrs& attrs);
+void BuildSyncFromSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs);
 
 // The per-channel vectors (shape [C]) spread along x's channel dimension.
 class ChannelBroadcast {
