@@ -128,8 +128,19 @@ ASAN_CUDA_EMU_OBJECTS := $(patsubst %.cu,$(OBJ)/asan/%.o,$(CORE_CUDA_SOURCES)) \
 ASAN_FLAGS := $(CORE_FLAGS) $(SANITIZE_FLAGS) -Wall -Wextra -Wno-unknown-pragmas \
               -Icc/tests/gpu_emulator
 
-# The library's flags (the core has no assert for -DNDEBUG to remove), -fPIC for the FFI library.
+# The library's flags, for the FFI library's handlers.
 RELEASE_OBJECT_FLAGS := $(CORE_FLAGS) $(RELEASE_FLAGS) -fPIC -Wall -Wextra
+
+# The core's objects are the library's own, release and sanitized: compiled where setup.py keeps
+# them (build_support/library_objects.py) and copied here, so the library's builds (`make lib`,
+# sanitize-ops, `make wheel`) find them made.
+$(OBJ)/release/cc/core/%.o: cc/core/%.cc $(CC_FILES)
+	CXX="$(CXX)" $(PYTHON) -m build_support.library_objects release $< $@
+
+$(OBJ)/asan/cc/core/%.o: cc/core/%.cc $(CC_FILES)
+	CXX="$(CXX)" $(PYTHON) -m build_support.library_objects sanitize $< $@
+
+$(LIBRARY): $(RELEASE_CORE_OBJECTS)
 
 $(OBJ)/release/%.o: %.cc $(CC_FILES)
 	mkdir -p $(dir $@)
@@ -437,7 +448,7 @@ $(addprefix build/,$(SANITIZE_CORE_TESTS)): $(SANITIZE_DIR)/%: cc/tests/%.cc $(A
 ## ASan+UBSan builds of the core tests and the op library, op tests under them
 sanitize: $(addprefix run-,$(SANITIZE_CORE_TESTS)) sanitize-ops
 
-sanitize-ops: $(DEPS)
+sanitize-ops: $(DEPS) $(ASAN_CORE_OBJECTS)
 	TF_FBN_OPS_SANITIZE=1 TF_FBN_OPS_CUDA=0 $(PY) setup.py -q build_py --build-lib \
 	    $(SANITIZE_DIR)/lib build_ext --build-lib $(SANITIZE_DIR)/lib \
 	    --build-temp $(SANITIZE_DIR)/temp

@@ -37,9 +37,7 @@ TensorFlow wheel's own platform tag (build_support/glibc_floor.py). Environment 
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shlex
 import shutil
 import subprocess
 import sys
@@ -54,6 +52,11 @@ sys.path.insert(0, str(ROOT))  # build_support/, beside this file
 
 from build_support import (build_description, cuda_toolkit, glibc_floor,  # noqa: E402
                            target_tensorflow, versioning)
+from build_support.library_objects import (COMMON_FLAGS, build_key,  # noqa: E402
+                                           compile_object, compiler, core_command,
+                                           default_folder, object_path, sanitize_flags, stale,
+                                           tool_version)
+
 PACKAGE = "tf_fbn_ops"
 LIBRARY = "_fbn_ops.so"
 VERSION = versioning.RELEASE
@@ -80,15 +83,7 @@ XLA_BUILDER_HEADERS = ("xla/hlo/builder/xla_builder.h", "xla/client/xla_builder.
 XLA_LIBRARY = "libtensorflow_cc.so.2"
 # Folders of the include dir that tf2xla's headers reach through their own include paths.
 XLA_INCLUDE_SUBDIRS = ("external/highwayhash", "external/farmhash_archive/src")
-COMMON_FLAGS = [*build_description.LANGUAGE_FLAGS, *build_description.RELEASE_FLAGS,
-                *build_description.EXACT_FLAGS, "-fPIC", f"-I{ROOT}"]
 QUIET_TF_HEADERS = build_description.QUIET_TF_HEADERS
-
-
-def sanitize_flags(core: bool = False) -> list[str]:
-    if os.environ.get("TF_FBN_OPS_SANITIZE") != "1":
-        return []
-    return build_description.ASAN_FLAGS + (build_description.UBSAN_FLAGS if core else [])
 
 
 def xla_support(include: Path, lib: Path, cxx: list[str],
@@ -174,21 +169,6 @@ def tensorflow_extras() -> dict[str, list[str]]:
     return versioning.tensorflow_extras(tf_version) if tf_version else {}
 
 
-def tool_version(command: list[str]) -> str:
-    """What `command --version` prints, to tell compilers apart in the build key."""
-    try:
-        result = subprocess.run([*command, "--version"], capture_output=True, text=True)
-    except OSError as e:
-        return f"unavailable: {e}"
-    return (result.stdout or result.stderr).strip()
-
-
-def build_key(parts: dict[str, object]) -> str:
-    """A short hash of everything that changes what is built from `parts`."""
-    text = "\n".join(f"{name}={parts[name]!r}" for name in sorted(parts))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def glibc_floor_setting() -> tuple[str | None, bool]:
     """The oldest glibc the library must load on, and whether that is required.
 
@@ -213,7 +193,7 @@ class BuildTensorFlowOps(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         tf_cflags, tf_lflags, tf_version, tf_include, tf_lib = tensorflow_build_flags()
-        cxx = shlex.split(os.environ.get("CXX", "g++"))
+        cxx = compiler()
         xla_cflags, xla_lflags, no_xla_reason = xla_support(tf_include, tf_lib, cxx, tf_cflags)
         # Said on every build, not only in logs: a library without lowerings fails under jit.
         xla_state = f"not built: {no_xla_reason}" if no_xla_reason else "built"
@@ -258,7 +238,6 @@ class BuildTensorFlowOps(build_ext):
         })
         obj_dir = self.object_folder()
         obj_dir.mkdir(parents=True, exist_ok=True)
-        headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
         sources = [s for s in ext.sources if cuda or s not in CUDA_ONLY_SOURCES]
         sources = [s for s in sources if not no_xla_reason or s not in XLA_SHELL_SOURCES]
         sources = [s for s in sources if not no_ffi_reason or s not in FFI_SOURCES]
@@ -271,7 +250,7 @@ class BuildTensorFlowOps(build_ext):
                            *build_description.OPTIMIZE_FLAGS, *build_description.NVCC_SHARED_FLAGS, f"-I{ROOT}",
                            *cuda.include_flags(), *cuda_toolkit.arch_flags()]
             elif source in CORE_SOURCES:
-                command = [*cxx, *COMMON_FLAGS, *sanitize_flags(core=True)]
+                command = core_command(cxx)
             elif source in FFI_SOURCES:  # XLA's FFI headers, nothing else of TensorFlow
                 command = [*cxx, *COMMON_FLAGS, f"-I{tf_include}", *sanitize_flags(core=True)]
             else:
@@ -282,15 +261,10 @@ class BuildTensorFlowOps(build_ext):
             # Named by all its bits depend on, so builds of other settings (a wheel's CUDA,
             # another TensorFlow, the sanitizers) keep their own and reuse the rest.
             reads_tensorflow = source not in CORE_SOURCES and source not in CUDA_SOURCES
-            obj = obj_dir / (source.replace("/", "_") + "-" + build_key({
-                "command": command,
-                "compiler": nvcc_version if source in CUDA_SOURCES else cxx_version,
-                "tensorflow": tf_version if reads_tensorflow else None}) + ".o")
-            if self.force or _stale(obj, [ROOT / source, *headers, Path(__file__)]):
-                partial = obj.with_suffix(f".{os.getpid()}.part")  # no half-written object stays
-                self._run([*command, "-c", str(ROOT / source), "-o", str(partial)])
-                partial.replace(obj)
-            return obj
+            obj = object_path(obj_dir, source, command,
+                              nvcc_version if source in CUDA_SOURCES else cxx_version,
+                              tf_version if reads_tensorflow else None)
+            return compile_object(command, source, obj, force=self.force, run=self._run)
 
         jobs = int(os.environ.get("TF_FBN_OPS_JOBS", os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -307,7 +281,7 @@ class BuildTensorFlowOps(build_ext):
                        "-Wl,--no-undefined", "-Wl,-O1"])
 
         info_path = Path(_build_info_path(str(out_path)))
-        if self.force or _stale(out_path, objects) or _recorded_key(info_path) != key:
+        if self.force or stale(out_path, objects) or _recorded_key(info_path) != key:
             if floor:
                 glibc_floor.link_within_floor(link, out_path, floor, floor_required, cxx,
                                               obj_dir / "glibc-stubs")
@@ -331,10 +305,10 @@ class BuildTensorFlowOps(build_ext):
 
     def object_folder(self) -> Path:
         """Where objects stay between builds. An editable build's build_temp is deleted after
-        it: it takes the regular build's, so `make lib` recompiles only what changed and a
-        wheel built next reuses its objects."""
+        it: it takes the folder the Makefile's test programs share (library_objects.py), so
+        `make lib` recompiles only what changed and a wheel built next reuses its objects."""
         if self.editable_mode:
-            return ROOT / "build" / f"temp.{self.plat_name}-{sys.implementation.cache_tag}"
+            return default_folder()
         return Path(self.build_temp)
 
     # The build-info file travels with the library wherever setuptools puts it: in place for
@@ -375,14 +349,6 @@ def _recorded_key(info_path: Path) -> str | None:
         if line.startswith("BUILD_KEY = "):
             return line.split("=", 1)[1].strip().strip("'\"")
     return None
-
-
-def _stale(target: Path, inputs: list[Path]) -> bool:
-    """True when target is missing or older than any of its inputs."""
-    if not target.exists():
-        return True
-    built = target.stat().st_mtime
-    return any(p.stat().st_mtime > built for p in inputs)
 
 
 # Commands that lead to compiling; the metadata step of a wheel build (dist_info) comes first,
