@@ -113,7 +113,7 @@ class ForwardCall {
       finish();
       return RunSweeps(parallel_for_, plan, normalize);
     }
-    RunSweeps(parallel_for_, plan, moments, finish, normalize);
+    RunSweeps(parallel_for_, plan, moments, SerialStep(finish), normalize);
   }
 
   // Whether y is written with non-temporal stores (streaming_stores.h): where it can be, with

@@ -67,6 +67,10 @@ constexpr int64_t kMinRowWidth = 64;
 // Exact rows blocks have at least this many rows, so that their partial sums (four doubles
 // per column) stay small next to the block's own data.
 constexpr int64_t kExactMinBlockRows = 128;
+// Columns per part of the exact rows' finish (a whole number of column vectors): 2048 channels
+// in 8 parts, 0.1 MB of block sums each on 16x7x7x2048.
+constexpr int64_t kExactFinishColumns = 256;
+static_assert(kExactFinishColumns % kColumnVector == 0, "parts of whole column vectors");
 // Channels per runs unit: at most this many, and few enough to make at least kMinGroupUnits
 // units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
@@ -181,16 +185,18 @@ class Call {
     }
   }
 
-  // Runs unit(u) for u in [0, count), through the pool or inline when the call is tiny.
-  void RunUnits(int64_t count, int64_t unit_elements, const UnitFn& unit) const {
-    RunSweeps(parallel_for_, PlanOf(count, unit_elements), unit);
+  // Runs unit(u) for u in [0, count), then the parts of `then`, through the pool or inline
+  // when the call is tiny.
+  void RunUnits(int64_t count, int64_t unit_elements, const UnitFn& unit,
+                const BetweenStep& then = {}) const {
+    RunSweeps(parallel_for_, PlanOf(count, unit_elements), unit, then);
   }
 
   // Training's two sweeps over the same units in one pool call (cpu_sweeps.h): first(u) for
-  // every unit, then between() once, then second(u) for every unit, a thread's own units of
+  // every unit, then the step's parts, then second(u) for every unit, a thread's own units of
   // the first sweep first, the latest first, whose data the caches are most likely to hold.
   void RunTwoSweeps(int64_t count, int64_t unit_elements, const UnitFn& first,
-                    const std::function<void()>& between, const UnitFn& second) const {
+                    const BetweenStep& between, const UnitFn& second) const {
     RunSweeps(parallel_for_, PlanOf(count, unit_elements), first, between, second);
   }
 
@@ -401,7 +407,7 @@ void RunRows(const Call<T, float>& call) {
     call.RunUnits(blocks.count, blocks.size * C, dx);
     return;
   }
-  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
+  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, SerialStep(finish), dx);
 }
 
 // ---- planes: channels first [N, C * S] with short planes, fast family.
@@ -488,9 +494,8 @@ void RunPlanes(const Call<T, float>& call) {
     if (!fused) FinishFromPartials(call, partials, blocks.count);
     return;
   }
-  call.RunTwoSweeps(
-      units, unit_elements, first_sweep, [&] { FinishFromPartials(call, partials, blocks.count); },
-      dx_unit);
+  call.RunTwoSweeps(units, unit_elements, first_sweep,
+                    SerialStep([&] { FinishFromPartials(call, partials, blocks.count); }), dx_unit);
 }
 
 // ---- runs: channels first, fast family.
@@ -578,7 +583,7 @@ void RunRuns(const Call<T, float>& call) {
     call.FinishFromGlobalSums();
     return call.RunUnits(units, blocks.size, dx);
   }
-  call.RunTwoSweeps(units, blocks.size, sums, finish, dx);
+  call.RunTwoSweeps(units, blocks.size, sums, SerialStep(finish), dx);
 }
 
 // ---- exact family: channels of fewer than kFastPathRest elements, whole channels per unit.
@@ -603,6 +608,11 @@ Pieces ExactRowBlocks(const Shape& s) {
 // The four arrays of an ExactColumns `pitch` entries apart from `p`.
 ExactColumns ColumnsAt(double* p, int64_t pitch) {
   return {p, p + pitch, p + 2 * pitch, p + 3 * pitch};
+}
+
+// The same arrays from column c0 on.
+ExactColumns ColumnsFrom(const ExactColumns& columns, int64_t c0) {
+  return {columns.dy + c0, columns.dy_aux + c0, columns.dy_xc + c0, columns.dy_xc_aux + c0};
 }
 
 // totals += block, entry by entry, for the first n entries of each of the four arrays.
@@ -703,21 +713,33 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
                                                   call.scale_inv_std, columns, call.stream_dx);
     }
   };
-  auto finish = [&] {
-    const ExactColumns totals = ColumnsAt(CallScratch<double, kSumsSlot>(4 * width), width);
-    std::fill(totals.dy, totals.dy + 4 * width, 0.0);
-    for (int64_t b = 0; b < blocks.count; ++b) AddBlockSums(totals, columns_of(b), C);
-    FinishExactColumns(call, blocks, 0, C, totals, partials);  // the partials are spent
+  // The channels are finished in parts of whole column vectors, which the threads share: a part
+  // adds its columns' block sums in block order and sums its channels again where needed, in
+  // its own columns of the totals and of the scratch after them.
+  double* const sums_scratch = CallScratch<double, kSumsSlot>(8 * width);
+  const ExactColumns totals = ColumnsAt(sums_scratch, width);
+  const Pieces parts = Groups(C, kExactFinishColumns);
+  auto finish = [&](int64_t p) {
+    const int64_t c0 = parts.begin(p), n = parts.end(p) - c0;
+    const ExactColumns part_totals = ColumnsFrom(totals, c0);
+    for (double* array : {part_totals.dy, part_totals.dy_aux, part_totals.dy_xc,
+                          part_totals.dy_xc_aux}) {
+      std::fill(array, array + n, 0.0);
+    }
+    for (int64_t b = 0; b < blocks.count; ++b) {
+      AddBlockSums(part_totals, ColumnsFrom(columns_of(b), c0), n);
+    }
+    FinishExactColumns(call, blocks, c0, n, part_totals, sums_scratch + 4 * width + 4 * c0);
   };
+  const BetweenStep finish_step{parts.count, finish};
   if (dx_as_it_sums || call.stage == Stage::kSums) {
-    call.RunUnits(blocks.count, blocks.size * C, sums);
-    return finish();
+    return call.RunUnits(blocks.count, blocks.size * C, sums, finish_step);
   }
   if (!call.Sums()) {
     call.FinishFromGlobalSums();
     return call.RunUnits(blocks.count, blocks.size * C, dx);
   }
-  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish, dx);
+  call.RunTwoSweeps(blocks.count, blocks.size * C, sums, finish_step, dx);
 }
 
 // Training, strips of whole columns: a unit holds every row of ExactStripColumns(...) columns,

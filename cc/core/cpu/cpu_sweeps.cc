@@ -32,7 +32,7 @@ struct UnitBook {
 // every participation has returned, so nothing outlives it.
 class Sweeps {
  public:
-  Sweeps(const SweepPlan& plan, const UnitFn& first, const std::function<void()>& between,
+  Sweeps(const SweepPlan& plan, const UnitFn& first, const BetweenStep& between,
          const UnitFn& second, UnitBook* book)
       : units_(plan.units), first_(first), between_(between), second_(second), book_(book) {
     if (second_) {
@@ -40,21 +40,25 @@ class Sweeps {
     }
   }
 
-  // One thread's part: as many first-sweep units as it can take, then (two sweeps) the wait
-  // for the others' first-sweep units, then second-sweep units.
+  // One thread's part: as many first-sweep units as it can take; then the wait for the others'
+  // first-sweep units and as many parts of the step as it can take; then (two sweeps) the wait
+  // for the step's other parts and second-sweep units.
   void Participate() {
     ScopedIeeeArithmetic ieee;
     const int32_t id = joined_.fetch_add(1, std::memory_order_relaxed);
     for (int64_t u = next_.fetch_add(1); u < units_; u = next_.fetch_add(1)) {
       if (second_) book_->owner[u] = id;
       first_(u);
-      if (done_.fetch_add(1, std::memory_order_acq_rel) == units_ - 1 && second_) {
-        if (between_) between_();
-        between_done_.store(true, std::memory_order_release);
-      }
+      done_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    if (between_.parts == 0 && !second_) return;
+    SpinWait([this] { return done_.load(std::memory_order_acquire) == units_; });
+    for (int64_t p = next_part_.fetch_add(1); p < between_.parts; p = next_part_.fetch_add(1)) {
+      between_.part(p);
+      parts_done_.fetch_add(1, std::memory_order_acq_rel);
     }
     if (!second_) return;
-    SpinWait([this] { return between_done_.load(std::memory_order_acquire); });
+    SpinWait([this] { return parts_done_.load(std::memory_order_acquire) == between_.parts; });
     for (int64_t u = units_ - 1; u >= 0; --u) {
       if (book_->owner[u] == id) TakeSecond(u);
     }
@@ -69,24 +73,25 @@ class Sweeps {
 
   const int64_t units_;
   const UnitFn& first_;
-  const std::function<void()>& between_;
+  const BetweenStep& between_;
   const UnitFn& second_;
   UnitBook* const book_;
   std::atomic<int32_t> joined_{0};
   std::atomic<int64_t> next_{0};
   std::atomic<int64_t> done_{0};
-  std::atomic<bool> between_done_{false};
+  std::atomic<int64_t> next_part_{0};
+  std::atomic<int64_t> parts_done_{0};
 };
 
 }  // namespace
 
 void RunSweeps(const ParallelFor& parallel_for, const SweepPlan& plan, const UnitFn& first,
-               const std::function<void()>& between, const UnitFn& second) {
+               const BetweenStep& between, const UnitFn& second) {
   if (plan.inline_only || plan.units <= 1) {
     ScopedIeeeArithmetic ieee;
     for (int64_t u = 0; u < plan.units; ++u) first(u);
+    for (int64_t p = 0; p < between.parts; ++p) between.part(p);
     if (!second) return;
-    if (between) between();
     for (int64_t u = plan.units - 1; u >= 0; --u) second(u);
     return;
   }
