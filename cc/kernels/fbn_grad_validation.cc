@@ -16,7 +16,7 @@ Status CheckChannels(const std::string& name, const TensorShape& t, int64_t chan
 
 fbn::Shape CoreShapeOf(const TensorShape& x, bool channels_last) {
   // [N, spatial..., C] or [N, C, spatial...]; TF folds 5-D into 4-D the same way.
-  const int channel_dim = channels_last ? x.dims() - 1 : 1;
+  const int channel_dim = ChannelDimension(x, channels_last);
   fbn::Shape shape;
   shape.channels_last = channels_last;
   shape.batch = x.dim_size(0);

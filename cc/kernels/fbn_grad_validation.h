@@ -26,6 +26,12 @@ Status ReadGradAttrs(OpKernelConstruction* ctx, GradAttrs* attrs);
 // "<name> must have the same number of elements as the channels of x, got A and B".
 Status CheckChannels(const std::string& name, const TensorShape& t, int64_t channels);
 
+// x's channel dimension: the last in a channels-last format (NHWC, NDHWC), the second in a
+// channels-first one (NCHW, NCDHW).
+inline int ChannelDimension(const TensorShape& x, bool channels_last) {
+  return channels_last ? x.dims() - 1 : 1;
+}
+
 // x (4-D or 5-D, rank already checked) as the core sees it: [N, C, S] with S the product of the
 // spatial dims (0 for an empty x).
 fbn::Shape CoreShapeOf(const TensorShape& x, bool channels_last);

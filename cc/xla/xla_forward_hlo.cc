@@ -40,7 +40,7 @@ void BuildForwardHlo(LoweringContext* ctx, const ForwardAttrs& attrs, bool save_
   }
   xla::XlaBuilder* b = ctx->builder();
   const TensorShape x_shape = ctx->InputShape(0);
-  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last);
   const xla::XlaOp x = Widen(ctx->Input(0));
   const double count = static_cast<double>(shape.rest());
   const auto constant = [b](double value) { return xla::ConstantR0<double>(b, value); };

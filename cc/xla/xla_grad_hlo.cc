@@ -15,7 +15,7 @@ void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_s
                   const fbn::Shape& shape) {
   xla::XlaBuilder* b = ctx->builder();
   const TensorShape x_shape = ctx->InputShape(1);
-  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last);
   const xla::XlaOp dy = Widen(ctx->Input(0));
   const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(3)));
   const xla::XlaOp scale = Widen(ctx->Input(2));
@@ -47,7 +47,7 @@ void BuildGradHlo(LoweringContext* ctx, const GradAttrs& attrs, bool saved_inv_s
 
 void BuildSyncSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs) {
   const TensorShape x_shape = ctx->InputShape(1);
-  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last);
   const xla::XlaOp dy = Widen(ctx->Input(0));
   const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(2)));
   ctx->SetOutput(0, channels.SumPerChannel(ctx, dy));
@@ -58,7 +58,7 @@ void BuildSyncSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs) {
 // count, the replica's own sum_dy and sum_dy_xc.
 void BuildSyncFromSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs) {
   const TensorShape x_shape = ctx->InputShape(1);
-  const ChannelBroadcast channels(x_shape, attrs.channels_last ? x_shape.dims() - 1 : 1);
+  const ChannelBroadcast channels(x_shape, attrs.channels_last);
   const xla::XlaOp xc = Widen(ctx->Input(1)) - channels.Spread(Widen(ctx->Input(3)));
   const xla::XlaOp inv_std = InverseStd(Widen(ctx->Input(4)), attrs.epsilon);
   const xla::XlaOp x_backprop =

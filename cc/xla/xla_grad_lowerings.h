@@ -65,11 +65,11 @@ void BuildSyncFromSumsHlo(LoweringContext* ctx, const SyncAttrs& attrs);
 // The per-channel vectors (shape [C]) spread along x's channel dimension.
 class ChannelBroadcast {
  public:
-  ChannelBroadcast(const TensorShape& x, int channel_dim)
-      : channel_dim_(channel_dim) {
+  ChannelBroadcast(const TensorShape& x, bool channels_last)
+      : channel_dim_(ChannelDimension(x, channels_last)) {
     for (int d = 0; d < x.dims(); ++d) {
       dims_.push_back(x.dim_size(d));
-      if (d != channel_dim) reduce_dims_.push_back(d);
+      if (d != channel_dim_) reduce_dims_.push_back(d);
     }
   }
 
