@@ -10,6 +10,7 @@ their own; it is recompiled when its source, any header or setup.py is newer.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shlex
@@ -92,10 +93,15 @@ def stale(target: Path, inputs: list[Path]) -> bool:
     return any(p.stat().st_mtime > built for p in inputs)
 
 
+@functools.cache
+def _our_headers() -> tuple[Path, ...]:
+    """Every header under cc/, listed once per process (a build asks for each object)."""
+    return (*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh"))
+
+
 def inputs_of(source: str) -> list[Path]:
     """What an object is rebuilt for: its source, any of our headers, the build's own code."""
-    headers = [*(ROOT / "cc").rglob("*.h"), *(ROOT / "cc").rglob("*.cuh")]
-    return [ROOT / source, *headers, ROOT / "setup.py", Path(__file__)]
+    return [ROOT / source, *_our_headers(), ROOT / "setup.py", Path(__file__)]
 
 
 def run_printed(command: list[str]) -> None:
