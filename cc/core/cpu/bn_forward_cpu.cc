@@ -63,12 +63,27 @@ constexpr int64_t kMinGroupUnits = 16;
 constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Channels whose moments RunRows combines side by side.
 constexpr int64_t kCombineChannels = 16;
+// Channels per part of the step between the sweeps, which the threads share (cpu_sweeps.h):
+// one thread combining 2048 channels' parts took 48-76 µs of a 850-2700 µs call at two threads
+// (channels last, 16x7x7x2048 to 32x8x8x2048, an Intel Xeon), the same at any thread count.
+constexpr int64_t kFinishChannels = 256;
+static_assert(kFinishChannels % kCombineChannels == 0, "parts of whole combined groups");
 
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 3;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
+
+// The step that finishes `channels` channels, finish(c0, c1) for each part [c0, c1) of
+// kFinishChannels channels; the parts must be independent of each other.
+template <typename Finish>
+BetweenStep InChannelParts(int64_t channels, Finish finish) {
+  return {CeilDiv(channels, kFinishChannels), [channels, finish](int64_t p) {
+            const int64_t c0 = p * kFinishChannels;
+            finish(c0, std::min(channels, c0 + kFinishChannels));
+          }};
+}
 
 // One call: the inputs, the loops for this CPU, y's coefficients per channel, and the step
 // both schedules share, a channel's outputs from its moments.
@@ -92,9 +107,9 @@ class ForwardCall {
     MeanAndVariance(m, &mean, &variance);
     coefficients_[c] = FinishForwardChannel(params_, t, c, m.count, mean, variance);
   }
-  // Inference: every channel's outputs and coefficients from the given statistics.
-  void FinishInference() {
-    for (int64_t c = 0; c < s.channels; ++c) {
+  // Inference: channels [c0, c1)'s outputs and coefficients from the given statistics.
+  void FinishInference(int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
       coefficients_[c] = FinishForwardChannel(params_, t, c, static_cast<double>(s.rest()),
                                               static_cast<double>(t.mean[c]),
                                               static_cast<double>(t.variance[c]));
@@ -103,17 +118,18 @@ class ForwardCall {
   const NormalizeCoefficients& coefficients(int64_t c) const { return coefficients_[c]; }
   bool training() const { return params_.is_training; }
 
-  // Training: moments(u) for every unit, then finish() once, then normalize(u) for every unit.
-  // Inference: finish(), then normalize(u) for every unit.
+  // Training: moments(u) for every unit, then the parts of `finish` (shared by the threads),
+  // then normalize(u) for every unit. Inference: the parts of `finish` on this thread, then
+  // normalize(u) for every unit.
   void Run(int64_t units, int64_t unit_elements, const UnitFn& moments,
-           const std::function<void()>& finish, const UnitFn& normalize) {
+           const BetweenStep& finish, const UnitFn& normalize) {
     const SweepPlan plan{units, unit_elements * kCyclesPerElement,
                          s.elements() <= kInlineElements};
     if (!training()) {
-      finish();
+      for (int64_t p = 0; p < finish.parts; ++p) finish.part(p);
       return RunSweeps(parallel_for_, plan, normalize);
     }
-    RunSweeps(parallel_for_, plan, moments, SerialStep(finish), normalize);
+    RunSweeps(parallel_for_, plan, moments, finish, normalize);
   }
 
   // Whether y is written with non-temporal stores (streaming_stores.h): where it can be, with
@@ -227,8 +243,8 @@ void RunRows(ForwardCall<T>& call) {
   // channels' sums are independent chains, their divisions vectorize, and a block's parts stay
   // in L1 channels first. Channel by channel, the division per part and its dependent sum took
   // 40 of 430 µs on 16x7x7x2048 channels last and 390 of 970 µs channels first (49 parts a
-  // channel), at one thread, in the step between the sweeps that one thread runs while the
-  // others wait.
+  // channel), at one thread, in the step between the sweeps (shared by the threads since, in
+  // parts of kFinishChannels).
   auto for_each_part = [&](auto&& fn) {  // fn(part's count, channel 0's sum and m2, stride)
     for (int64_t rt = 0; rt < row_tiles; ++rt) {
       const double count = static_cast<double>(std::min(tile_rows, rows - rt * tile_rows));
@@ -239,13 +255,13 @@ void RunRows(ForwardCall<T>& call) {
     }
     if (left_rows > 0) fn(static_cast<double>(left_rows), left_sums, left_m2s, int64_t{1});
   };
-  auto combine = [&] {
-    double count = 0.0;
-    for_each_part([&](double part_count, const double*, const double*, int64_t) {
-      count += part_count;
-    });
-    for (int64_t c0 = 0; c0 < C; c0 += kCombineChannels) {
-      const int64_t n = std::min(kCombineChannels, C - c0);
+  double count = 0.0;  // of every channel: the rows
+  for_each_part([&](double part_count, const double*, const double*, int64_t) {
+    count += part_count;
+  });
+  auto combine = [&](int64_t c_begin, int64_t c_end) {
+    for (int64_t c0 = c_begin; c0 < c_end; c0 += kCombineChannels) {
+      const int64_t n = std::min(kCombineChannels, c_end - c0);
       double sum[kCombineChannels] = {}, m2[kCombineChannels] = {}, mean[kCombineChannels];
       for_each_part([&](double, const double* part_sum, const double*, int64_t stride) {
         for (int64_t i = 0; i < n; ++i) sum[i] += part_sum[(c0 + i) * stride];
@@ -263,13 +279,13 @@ void RunRows(ForwardCall<T>& call) {
       for (int64_t i = 0; i < n; ++i) call.Finish(c0 + i, ChannelMoments{count, sum[i], m2[i]});
     }
   };
-  auto finish = [&] {
+  auto finish = [&](int64_t c0, int64_t c1) {
     if (call.training()) {
-      combine();
+      combine(c0, c1);
     } else {
-      call.FinishInference();
+      call.FinishInference(c0, c1);
     }
-    for (int64_t c = 0; c < C; ++c) {  // channel by channel: no division per column
+    for (int64_t c = c0; c < c1; ++c) {  // channel by channel: no division per column
       const NormalizeCoefficients& k = call.coefficients(c);
       for (int64_t i = 0, j = c * first; i < per_channel; ++i, j += step) {
         mean[j] = k.mean;
@@ -288,7 +304,7 @@ void RunRows(ForwardCall<T>& call) {
     call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
                               nrows, ncols, k, stream, order);
   };
-  call.Run(units, tile_rows * tile_columns, moments, finish, normalize);
+  call.Run(units, tile_rows * tile_columns, moments, InChannelParts(C, finish), normalize);
 }
 
 // The runs schedule: channel c's runs in (n, piece) order, cut into blocks of at most
@@ -339,9 +355,9 @@ void RunRuns(ForwardCall<T>& call) {
       parts[b] = CombineMoments(count, [&](int64_t i) { return own[i]; });
     });
   };
-  auto finish = [&] {
-    if (!call.training()) return call.FinishInference();
-    for (int64_t c = 0; c < C; ++c) {
+  auto finish = [&](int64_t c0, int64_t c1) {
+    if (!call.training()) return call.FinishInference(c0, c1);
+    for (int64_t c = c0; c < c1; ++c) {
       call.Finish(c, CombineMoments(blocks, [&](int64_t b) { return parts[c * blocks + b]; }));
     }
   };
@@ -359,7 +375,7 @@ void RunRuns(ForwardCall<T>& call) {
     if (stream) FenceStreamingStores();
   };
   call.Run(CeilDiv(C * blocks, blocks_per_unit), blocks_per_unit * runs_per_unit * piece, moments,
-           finish, normalize);
+           InChannelParts(C, finish), normalize);
 }
 
 }  // namespace
