@@ -64,8 +64,9 @@ constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Channels whose moments RunRows combines side by side.
 constexpr int64_t kCombineChannels = 16;
 // Channels per part of the step between the sweeps, which the threads share (cpu_sweeps.h):
-// one thread combining 2048 channels' parts took 48-76 µs of a 850-2700 µs call at two threads
-// (channels last, 16x7x7x2048 to 32x8x8x2048, an Intel Xeon), the same at any thread count.
+// one thread combining 1024-2048 channels' moments took 48-76 µs of an 850-2700 µs call at two
+// threads (channels last, 16x7x7x2048, 64x7x7x1024, 32x8x8x2048, an Intel Xeon), and takes the
+// same at any thread count.
 constexpr int64_t kFinishChannels = 256;
 static_assert(kFinishChannels % kCombineChannels == 0, "parts of whole combined groups");
 
@@ -243,8 +244,8 @@ void RunRows(ForwardCall<T>& call) {
   // channels' sums are independent chains, their divisions vectorize, and a block's parts stay
   // in L1 channels first. Channel by channel, the division per part and its dependent sum took
   // 40 of 430 µs on 16x7x7x2048 channels last and 390 of 970 µs channels first (49 parts a
-  // channel), at one thread, in the step between the sweeps (shared by the threads since, in
-  // parts of kFinishChannels).
+  // channel), at one thread, in the step between the sweeps, which the threads now share in
+  // parts of kFinishChannels channels.
   auto for_each_part = [&](auto&& fn) {  // fn(part's count, channel 0's sum and m2, stride)
     for (int64_t rt = 0; rt < row_tiles; ++rt) {
       const double count = static_cast<double>(std::min(tile_rows, rows - rt * tile_rows));
