@@ -76,16 +76,6 @@ constexpr int64_t kCyclesPerElement = 3;
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
-// The step that finishes `channels` channels, finish(c0, c1) for each part [c0, c1) of
-// kFinishChannels channels; the parts must be independent of each other.
-template <typename Finish>
-BetweenStep InChannelParts(int64_t channels, Finish finish) {
-  return {CeilDiv(channels, kFinishChannels), [channels, finish](int64_t p) {
-            const int64_t c0 = p * kFinishChannels;
-            finish(c0, std::min(channels, c0 + kFinishChannels));
-          }};
-}
-
 // One call: the inputs, the loops for this CPU, y's coefficients per channel, and the step
 // both schedules share, a channel's outputs from its moments.
 template <typename T>
@@ -305,7 +295,8 @@ void RunRows(ForwardCall<T>& call) {
     call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
                               nrows, ncols, k, stream, order);
   };
-  call.Run(units, tile_rows * tile_columns, moments, InChannelParts(C, finish), normalize);
+  call.Run(units, tile_rows * tile_columns, moments, StepInParts(C, kFinishChannels, finish),
+           normalize);
 }
 
 // The runs schedule: channel c's runs in (n, piece) order, cut into blocks of at most
@@ -376,7 +367,7 @@ void RunRuns(ForwardCall<T>& call) {
     if (stream) FenceStreamingStores();
   };
   call.Run(CeilDiv(C * blocks, blocks_per_unit), blocks_per_unit * runs_per_unit * piece, moments,
-           InChannelParts(C, finish), normalize);
+           StepInParts(C, kFinishChannels, finish), normalize);
 }
 
 }  // namespace

@@ -718,9 +718,8 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
   // its own columns of the totals and of the scratch after them.
   double* const sums_scratch = CallScratch<double, kSumsSlot>(8 * width);
   const ExactColumns totals = ColumnsAt(sums_scratch, width);
-  const Pieces parts = Groups(C, kExactFinishColumns);
-  auto finish = [&](int64_t p) {
-    const int64_t c0 = parts.begin(p), n = parts.end(p) - c0;
+  auto finish = [&](int64_t c0, int64_t c1) {
+    const int64_t n = c1 - c0;
     const ExactColumns part_totals = ColumnsFrom(totals, c0);
     for (double* array : {part_totals.dy, part_totals.dy_aux, part_totals.dy_xc,
                           part_totals.dy_xc_aux}) {
@@ -731,7 +730,7 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
     }
     FinishExactColumns(call, blocks, c0, n, part_totals, sums_scratch + 4 * width + 4 * c0);
   };
-  const BetweenStep finish_step{parts.count, finish};
+  const BetweenStep finish_step = StepInParts(C, kExactFinishColumns, finish);
   if (dx_as_it_sums || call.stage == Stage::kSums) {
     return call.RunUnits(blocks.count, blocks.size * C, sums, finish_step);
   }

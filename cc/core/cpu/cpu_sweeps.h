@@ -22,6 +22,7 @@
 #ifndef TF_FBN_OPS_CC_CORE_CPU_CPU_SWEEPS_H_
 #define TF_FBN_OPS_CC_CORE_CPU_CPU_SWEEPS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -42,6 +43,16 @@ struct BetweenStep {
 // A serial step: fn() once.
 inline BetweenStep SerialStep(std::function<void()> fn) {
   return {1, [fn = std::move(fn)](int64_t) { fn(); }};
+}
+
+// A step over the items [0, total) in parts of `per_part` (the last may be shorter): fn(begin,
+// end) for each part, which must not touch another part's items.
+template <typename Fn>
+BetweenStep StepInParts(int64_t total, int64_t per_part, Fn fn) {
+  return {(total + per_part - 1) / per_part, [total, per_part, fn](int64_t p) {
+            const int64_t begin = p * per_part;
+            fn(begin, std::min(total, begin + per_part));
+          }};
 }
 
 struct SweepPlan {
