@@ -354,19 +354,23 @@ void TestInfiniteMeanInRunTails() {
   }
 }
 
+// The number a shell command prints, 0 where it prints none.
+long long ShellNumber(const char* command) {
+  long long number = 0;
+  if (std::FILE* pipe = popen(command, "r")) {
+    if (std::fscanf(pipe, "%lld", &number) != 1) number = 0;
+    pclose(pipe);
+  }
+  return number;
+}
+
 // Where Linux lists the caches, the size the streaming rules start from is the largest cache
 // cpu0 shares, whatever sysconf says (glibc's CPUID answer is the whole package's L3 on AMD).
 // Read here with the shell's own tools, so the check does not reuse the core's parser.
 void TestLastLevelCacheIsSysfs() {
-  std::FILE* pipe = popen(
+  const long long largest = ShellNumber(
       "cat /sys/devices/system/cpu/cpu0/cache/index*/size 2>/dev/null | numfmt --from=iec "
-      "2>/dev/null | sort -n | tail -1",
-      "r");
-  long long largest = 0;
-  if (pipe != nullptr) {
-    if (std::fscanf(pipe, "%lld", &largest) != 1) largest = 0;
-    pclose(pipe);
-  }
+      "2>/dev/null | sort -n | tail -1");
   if (largest > 0) {
     testing::Check(LastLevelCacheBytes() == largest, "the last-level cache is sysfs's largest");
   } else {
@@ -389,6 +393,19 @@ void TestLastLevelCacheIsSysfs() {
   }
 }
 
+// The core's L2 is sysfs's level-2 data or unified cache of cpu0, read here with the shell's
+// tools; the exact family takes strips where that L2 holds a strip beside a core complex's L3.
+void TestSecondLevelCacheIsSysfs() {
+  const long long l2 = ShellNumber(
+      "for d in /sys/devices/system/cpu/cpu0/cache/index*; do "
+      "[ \"$(cat $d/level)\" = 2 ] && [ \"$(cat $d/type)\" != Instruction ] && cat $d/size; "
+      "done 2>/dev/null | numfmt --from=iec 2>/dev/null | head -1");
+  testing::Check(SecondLevelCacheBytes() == l2, "the L2 is sysfs's level-2 cache, or 0");
+  testing::Check(KernelMemoryRules().exact_strips ==
+                     (!LastLevelCacheIsSocketWide() && l2 >= kFusedUnitBytes),
+                 "strips where the L2 holds a strip beside a core complex's L3");
+}
+
 template <typename T>
 void RunAllCases() {
   TestIsaCopiesAgree<T>();
@@ -409,6 +426,7 @@ void RunAllCases() {
 int main() {
   fbn::testing::CheckErrorMeasureCatchesSpecials();
   fbn::TestLastLevelCacheIsSysfs();
+  fbn::TestSecondLevelCacheIsSysfs();
   fbn::TestConversions();
   fbn::TestExactSumsWhereTermsCancel();
   fbn::TestInfiniteMeanInRunTails();

@@ -54,9 +54,6 @@ constexpr int64_t kStripedUnitElements = int64_t{1} << 17;
 constexpr int64_t kMinBlockRows = 128;
 // Upper bound on blocks per channel: bounds the scratch to O(C * kMaxBlocks).
 constexpr int64_t kMaxBlocks = 64;
-// A unit whose x and dy fit in this many bytes (about half of a 1-2 MiB L2) and holds all
-// elements of its channels does both sweeps at once.
-constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
 // Channels-first planes shorter than this go through the planes schedule: a run would fill
 // too few of a vector's lanes.
 constexpr int64_t kShortPlane = 16;
@@ -744,13 +741,11 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
 // Training, strips of whole columns: a unit holds every row of ExactStripColumns(...) columns,
 // whose dy and x fit in the L2 (kFusedUnitBytes), sums them block by block, finishes their
 // channels and writes their x_backprop while they are there, where the blocks schedule reads
-// both tensors from the L3 twice. But a strip is read at a stride, a few lines of each row. On
-// a Zen 5 (an L3 of 32 MiB per core complex) strips took 0.79-1.03x the blocks' time (8x7x7x2048
-// to 256x1x1x4096, core_bench); on an Intel Xeon whose L3 is the socket's (300 MiB) blocks of
-// rows read in order were 1.1-1.7x as fast as strips (core_bench --exact-schedule both,
-// 8x7x7x2048 to 256x1x1x4096, one and two threads), except where the blocks were fewer than the
-// threads (64x1x1x4096 on two: strips 1.9x as fast). MemoryRules::exact_strips decides, and
-// the bits are the blocks' either way.
+// both tensors from the L3 twice. But a strip is read at a stride, a few lines of each row:
+// where it pays is MemoryRules::exact_strips's to say (ExactStripsPay, streaming_stores.h, with
+// what was measured), and strips are taken anyway where the blocks are fewer than the threads
+// (64x1x1x4096 on two threads of an Intel Xeon: strips 1.9x as fast). The bits are the blocks'
+// either way.
 constexpr int64_t kMaxExactStripColumns = 256;
 constexpr int64_t kMinExactStrips = 8;
 

@@ -31,6 +31,27 @@ int64_t SysfsCacheBytes(int index) {
   return amount;
 }
 
+// /sys/devices/system/cpu/cpu0/cache/index<i>/<name> as text ("2", "Unified"); "" if absent.
+std::string SysfsCacheText(int index, const char* name) {
+  const std::string path =
+      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/" + name;
+  std::FILE* file = std::fopen(path.c_str(), "r");
+  if (file == nullptr) return "";
+  char text[32] = {};
+  const int read = std::fscanf(file, "%31s", text);
+  std::fclose(file);
+  return read == 1 ? text : "";
+}
+
+int64_t DetectSecondLevelCacheBytes() {
+  for (int index = 0; index < 16; ++index) {
+    if (SysfsCacheText(index, "level") == "2" && SysfsCacheText(index, "type") != "Instruction") {
+      return SysfsCacheBytes(index);
+    }
+  }
+  return 0;
+}
+
 // sysfs first: it describes the cache the calling core shares. sysconf only where sysfs says
 // nothing, because glibc derives it from CPUID, which on AMD gives the whole package's L3
 // (256 MiB on an EPYC VM whose cores share 32 MiB), not the core complex's.
@@ -96,6 +117,11 @@ int64_t ParallelStreamingFootprintBytes() {
   return bytes;
 }
 
+int64_t SecondLevelCacheBytes() {
+  static const int64_t bytes = DetectSecondLevelCacheBytes();
+  return bytes;
+}
+
 bool LastLevelCacheIsSocketWide() { return LastLevelCacheBytes() > kCoreComplexCacheBytes; }
 
 int64_t ForwardStreamingFootprintBytes() {
@@ -103,9 +129,13 @@ int64_t ForwardStreamingFootprintBytes() {
                                       : StreamingFootprintBytes();
 }
 
+bool ExactStripsPay() {
+  return !LastLevelCacheIsSocketWide() && SecondLevelCacheBytes() >= kFusedUnitBytes;
+}
+
 MemoryRules KernelMemoryRules() {
   return {StreamingFootprintBytes(), LastLevelCacheBytes(), ForwardStreamingFootprintBytes(),
-          ParallelStreamingFootprintBytes(), !LastLevelCacheIsSocketWide()};
+          ParallelStreamingFootprintBytes(), ExactStripsPay()};
 }
 
 void FenceStreamingStores() {

@@ -14,6 +14,15 @@ namespace fbn {
 int64_t LastLevelCacheBytes();
 constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
 
+// Bytes of the calling core's own L2 (a data or unified cache of level 2 in sysfs), 0 where
+// Linux does not say.
+int64_t SecondLevelCacheBytes();
+
+// A unit of work whose x and y_backprop take at most this many bytes is meant to stay in a
+// core's L2 between its reads (about half of a 1-2 MiB L2; bn_grad_cpu.cc's fused units and
+// the exact family's strips).
+constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
+
 // A call streams x_backprop once x, y_backprop and x_backprop together take more than this
 // many bytes (and its stores fill whole lines, and x_backprop is not y_backprop's buffer: see
 // bn_grad_cpu.cc): kStreamingBytes, or the last-level cache where it is smaller. Beyond the
@@ -72,7 +81,10 @@ int64_t ForwardStreamingFootprintBytes();
 // gradient's x_backprop, in float, gains less and lost where the call's bytes passed the
 // cache.) exact_strips: the gradient's exact family (channels last, training) may read strips
 // of columns, each element once at a stride, rather than blocks of rows twice in order
-// (bn_grad_cpu.cc, RunExactStrips).
+// (bn_grad_cpu.cc, RunExactStrips). Strips pay where a strip stays in the core's L2 and the
+// L3 is a core complex's: on a Zen 5 (1 MiB L2) strips took 0.79-1.03x the blocks' time; on a
+// Zen 3 (512 KiB L2) 1.0-1.4x, and strips cut to fit that L2 up to 2.6x; beside an Intel
+// Xeon's socket-wide L3 (2 MiB L2) 1.1-1.7x (core_bench --exact-schedule both).
 struct MemoryRules {
   int64_t streaming_footprint;           // the gradient's x_backprop
   int64_t grouped_bytes;
@@ -82,9 +94,9 @@ struct MemoryRules {
 };
 // The kernels' rules: {StreamingFootprintBytes(), LastLevelCacheBytes(),
 // ForwardStreamingFootprintBytes(), ParallelStreamingFootprintBytes(),
-// !LastLevelCacheIsSocketWide()}, streaming as above, groups where the reads fit the
-// last-level cache as this machine reports its size, strips beside a core complex's L3 (tests
-// and benchmarks pass others).
+// ExactStripsPay()}, streaming as above, groups where the reads fit the last-level cache as
+// this machine reports its size, strips as above (tests and benchmarks pass others).
+bool ExactStripsPay();
 MemoryRules KernelMemoryRules();
 
 // Orders the calling thread's non-temporal stores before its later stores, so that a thread
