@@ -354,6 +354,52 @@ void TestInfiniteMeanInRunTails() {
   }
 }
 
+// Channels-last inference's streamed rows take one sweep or, where x_backprop's page offset
+// makes its stores alias the stripes' loads (StreamedStoresAlias), the sums and then
+// x_backprop in order: both give the ordinary stores' bits, x_backprop and sums, on every copy.
+template <typename T>
+void TestStreamedInferenceRowsAgree() {
+  // Stripes of 40 rows: whole pages apart for float and 16-bit types alike.
+  constexpr int64_t kRows = 320, kWidth = 256, kPage = 4096;
+  const int64_t bytes = kRows * kWidth * static_cast<int64_t>(sizeof(T));
+  const int64_t span = (bytes / kPage + 2) * kPage;
+  std::vector<unsigned char> memory(4 * span + kPage);
+  unsigned char* const base =
+      memory.data() + (kPage - reinterpret_cast<uintptr_t>(memory.data()) % kPage);
+  T* dy = reinterpret_cast<T*>(base);
+  T* x = reinterpret_cast<T*>(base + span + 2048);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    dy[i] = FromFloat<T>(normal(rng));
+    x[i] = FromFloat<T>(normal(rng));
+  }
+  std::vector<float> mean(kWidth, 0.25f), scale_inv_std(kWidth, 1.5f);
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa > DetectedCpuIsa()) continue;
+    const CpuLoops<T>& loops = LoopsFor<T>(isa);
+    auto run = [&](T* dx, bool stream, std::vector<double>* sums) {
+      sums->assign(2 * kWidth, 0.0);
+      loops.sum_rows_inference(dy, x, dx, kWidth, kRows, kWidth, mean.data(),
+                               scale_inv_std.data(), sums->data(), sums->data() + kWidth, stream);
+    };
+    T* stored = reinterpret_cast<T*>(base + 2 * span + 1024);
+    std::vector<double> stored_sums, streamed_sums;
+    run(stored, false, &stored_sums);
+    for (int64_t offset : {0, 1024}) {  // dy's page offset (aliasing), and one that is not
+      T* streamed = reinterpret_cast<T*>(base + 3 * span + offset);
+      const int64_t stripe_bytes = (kRows + kFastGroup - 1) / kFastGroup * kWidth * sizeof(T);
+      Check(StreamedStoresAlias(streamed, dy, stripe_bytes, kFastGroup) == (offset == 0),
+            "x_backprop at page offset " + std::to_string(offset) + " aliases y_backprop " +
+                (offset == 0 ? "" : "not"));
+      run(streamed, true, &streamed_sums);
+      Check(std::memcmp(streamed, stored, bytes) == 0 && streamed_sums == stored_sums,
+            std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: streamed rows at page" +
+                " offset " + std::to_string(offset) + " give the stored rows' bits");
+    }
+  }
+}
+
 // The number a shell command prints, 0 where it prints none.
 long long ShellNumber(const char* command) {
   long long number = 0;
@@ -409,6 +455,7 @@ void TestSecondLevelCacheIsSysfs() {
 template <typename T>
 void RunAllCases() {
   TestIsaCopiesAgree<T>();
+  TestStreamedInferenceRowsAgree<T>();
   TestLateThreadsAgree<T>();
   uint32_t seed = 1;
   for (const Case& k : TestCases()) RunCase<T>(k, seed++);

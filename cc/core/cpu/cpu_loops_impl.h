@@ -201,11 +201,13 @@ FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
 // so that memory is read as kFastGroup long sequential streams; a column's terms from the
 // stripes are added as a tree in registers (depth 3: within the fast family's error bound),
 // then into its double sums. The last stripe may be shorter.
+FBN_INLINE int64_t StripeRows(int64_t rows) { return (rows + kFastGroup - 1) / kFastGroup; }
+
 template <typename T, Dx kDx>
 void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                     const float* mean, const float* scale_inv_std, double* sum_dy,
                     double* sum_dy_xc) {
-  const int64_t stripe = (rows + kFastGroup - 1) / kFastGroup;
+  const int64_t stripe = StripeRows(rows);
   const int64_t full = rows - (kFastGroup - 1) * stripe;  // rows where every stripe has one
   for (int64_t i = 0; i < stripe; ++i) {
     const int stripes =
@@ -271,10 +273,11 @@ void StreamInferenceDxInOrder(const T* dy, T* dx, int64_t stride, int64_t rows, 
   }
 }
 
-// Streamed, rows wide enough for stripes are summed first and their x_backprop written after,
-// in order, from dy just read into the caches: streamed stores to eight stripes at once ran at
-// half the speed of ordinary stores on an AMD EPYC (Zen 3), where one stream in order ran
-// faster than either (docs/performance.md). The same products, so the same bits.
+// Streamed, where the stripes' stores would hold up their loads (StreamedStoresAlias), rows
+// wide enough for stripes are summed first and their x_backprop written after, in order, from
+// dy just read into the caches: on an AMD EPYC (Zen 3) 1.6-2.2x as fast there, and up to 1.4x
+// slower where nothing aliases, which keeps the one sweep (docs/performance.md). The same
+// products, so the same bits.
 template <typename T>
 void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const float* mean, const float* scale_inv_std,
@@ -283,7 +286,10 @@ void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
     return SumRowsImpl<T, Dx::kStore>(dy, x, dx, stride, rows, width, mean, scale_inv_std,
                                       sum_dy, sum_dy_xc);
   }
-  if (width > kMaxDownRowsWidth) {
+  const int64_t stripe_bytes = StripeRows(rows) * stride * static_cast<int64_t>(sizeof(T));
+  if (width > kMaxDownRowsWidth &&
+      (StreamedStoresAlias(dx, dy, stripe_bytes, kFastGroup) ||
+       StreamedStoresAlias(dx, x, stripe_bytes, kFastGroup))) {
     SumRowsStriped<T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy,
                                  sum_dy_xc);
     StreamInferenceDxInOrder(dy, dx, stride, rows, width, scale_inv_std);
