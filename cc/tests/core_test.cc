@@ -390,8 +390,8 @@ void TestStreamedInferenceRowsAgree() {
       T* streamed = reinterpret_cast<T*>(base + 3 * span + offset);
       const int64_t stripe_bytes = (kRows + kFastGroup - 1) / kFastGroup * kWidth * sizeof(T);
       Check(StreamedStoresAlias(streamed, dy, stripe_bytes, kFastGroup) == (offset == 0),
-            "x_backprop at page offset " + std::to_string(offset) + " aliases y_backprop " +
-                (offset == 0 ? "" : "not"));
+            "x_backprop at page offset " + std::to_string(offset) +
+                (offset == 0 ? " aliases y_backprop" : " does not alias y_backprop"));
       run(streamed, true, &streamed_sums);
       Check(std::memcmp(streamed, stored, bytes) == 0 && streamed_sums == stored_sums,
             std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: streamed rows at page" +

@@ -14,11 +14,16 @@
 namespace fbn {
 namespace {
 
+// /sys/devices/system/cpu/cpu0/cache/index<i>/<name>, open for reading; null if absent.
+std::FILE* OpenSysfsCacheFile(int index, const char* name) {
+  const std::string path =
+      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/" + name;
+  return std::fopen(path.c_str(), "r");
+}
+
 // /sys/devices/system/cpu/cpu0/cache/index<i>/size holds for example "32768K"; 0 if absent.
 int64_t SysfsCacheBytes(int index) {
-  const std::string path =
-      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size";
-  std::FILE* file = std::fopen(path.c_str(), "r");
+  std::FILE* file = OpenSysfsCacheFile(index, "size");
   if (file == nullptr) return 0;
   long long amount = 0;
   char unit = 0;
@@ -31,11 +36,9 @@ int64_t SysfsCacheBytes(int index) {
   return amount;
 }
 
-// /sys/devices/system/cpu/cpu0/cache/index<i>/<name> as text ("2", "Unified"); "" if absent.
+// The word in index<i>/<name> ("2", "Unified"); "" if absent.
 std::string SysfsCacheText(int index, const char* name) {
-  const std::string path =
-      "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/" + name;
-  std::FILE* file = std::fopen(path.c_str(), "r");
+  std::FILE* file = OpenSysfsCacheFile(index, name);
   if (file == nullptr) return "";
   char text[32] = {};
   const int read = std::fscanf(file, "%31s", text);

@@ -100,8 +100,9 @@ int64_t ForwardStreamingFootprintBytes();
 // of columns, each element once at a stride, rather than blocks of rows twice in order
 // (bn_grad_cpu.cc, RunExactStrips). Strips pay where a strip stays in the core's L2 and the
 // L3 is a core complex's: on a Zen 5 (1 MiB L2) strips took 0.79-1.03x the blocks' time; on a
-// Zen 3 (512 KiB L2) 1.0-1.4x, and strips cut to fit that L2 up to 2.6x; beside an Intel
-// Xeon's socket-wide L3 (2 MiB L2) 1.1-1.7x (core_bench --exact-schedule both).
+// Zen 3 (512 KiB L2) 0.86-1.58x (about 1.2 in the median), and strips cut to fit that L2 up
+// to 2.6x; beside an Intel Xeon's socket-wide L3 (2 MiB L2) 1.1-1.7x (core_bench
+// --exact-schedule both).
 struct MemoryRules {
   int64_t streaming_footprint;           // the gradient's x_backprop
   int64_t grouped_bytes;
