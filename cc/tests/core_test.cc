@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cc/core/bn_grad.h"
@@ -354,26 +355,51 @@ void TestInfiniteMeanInRunTails() {
   }
 }
 
+// Page-aligned room for `count` tensors of `bytes` bytes each, a page or more apart: tensor i
+// at any offset into its first page.
+class PagedTensors {
+ public:
+  static constexpr int64_t kPage = 4096;
+  PagedTensors(int64_t bytes, int count)
+      : span_((bytes / kPage + 2) * kPage), memory_(count * span_ + kPage) {}
+  template <typename T>
+  T* At(int i, int64_t offset) {
+    unsigned char* const base =
+        memory_.data() + (kPage - reinterpret_cast<uintptr_t>(memory_.data()) % kPage);
+    return reinterpret_cast<T*>(base + i * span_ + offset);
+  }
+  // y_backprop at the start of tensor 0 and x 2048 bytes into tensor 1, `count` elements of
+  // each drawn from a normal distribution seeded with `seed`.
+  template <typename T>
+  std::pair<T*, T*> NormalInputs(int64_t count, uint32_t seed) {
+    T* dy = At<T>(0, 0);
+    T* x = At<T>(1, 2048);
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    for (int64_t i = 0; i < count; ++i) {
+      dy[i] = FromFloat<T>(normal(rng));
+      x[i] = FromFloat<T>(normal(rng));
+    }
+    return {dy, x};
+  }
+
+ private:
+  int64_t span_;
+  std::vector<unsigned char> memory_;
+};
+
 // Channels-last inference's streamed rows take one sweep or, where x_backprop's page offset
-// makes its stores alias the stripes' loads (StreamedStoresAlias), the sums and then
+// makes its stores alias the stripes' loads (StoresAliasLoads), the sums and then
 // x_backprop in order: both give the ordinary stores' bits, x_backprop and sums, on every copy.
 template <typename T>
 void TestStreamedInferenceRowsAgree() {
   // Stripes of 40 rows: whole pages apart for float and 16-bit types alike.
-  constexpr int64_t kRows = 320, kWidth = 256, kPage = 4096;
+  constexpr int64_t kRows = 320, kWidth = 256;
   const int64_t bytes = kRows * kWidth * static_cast<int64_t>(sizeof(T));
-  const int64_t span = (bytes / kPage + 2) * kPage;
-  std::vector<unsigned char> memory(4 * span + kPage);
-  unsigned char* const base =
-      memory.data() + (kPage - reinterpret_cast<uintptr_t>(memory.data()) % kPage);
-  T* dy = reinterpret_cast<T*>(base);
-  T* x = reinterpret_cast<T*>(base + span + 2048);
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal;
-  for (int64_t i = 0; i < kRows * kWidth; ++i) {
-    dy[i] = FromFloat<T>(normal(rng));
-    x[i] = FromFloat<T>(normal(rng));
-  }
+  PagedTensors memory(bytes, 4);
+  const std::pair<T*, T*> inputs = memory.NormalInputs<T>(kRows * kWidth, 11);
+  T* const dy = inputs.first;
+  T* const x = inputs.second;
   std::vector<float> mean(kWidth, 0.25f), scale_inv_std(kWidth, 1.5f);
   for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (isa > DetectedCpuIsa()) continue;
@@ -383,19 +409,79 @@ void TestStreamedInferenceRowsAgree() {
       loops.sum_rows_inference(dy, x, dx, kWidth, kRows, kWidth, mean.data(),
                                scale_inv_std.data(), sums->data(), sums->data() + kWidth, stream);
     };
-    T* stored = reinterpret_cast<T*>(base + 2 * span + 1024);
+    T* stored = memory.At<T>(2, 1024);
     std::vector<double> stored_sums, streamed_sums;
     run(stored, false, &stored_sums);
     for (int64_t offset : {0, 1024}) {  // dy's page offset (aliasing), and one that is not
-      T* streamed = reinterpret_cast<T*>(base + 3 * span + offset);
+      T* streamed = memory.At<T>(3, offset);
       const int64_t stripe_bytes = (kRows + kFastGroup - 1) / kFastGroup * kWidth * sizeof(T);
-      Check(StreamedStoresAlias(streamed, dy, stripe_bytes, kFastGroup) == (offset == 0),
+      Check(StoresAliasLoads(streamed, dy, stripe_bytes, kFastGroup) == (offset == 0),
             "x_backprop at page offset " + std::to_string(offset) +
                 (offset == 0 ? " aliases y_backprop" : " does not alias y_backprop"));
       run(streamed, true, &streamed_sums);
       Check(std::memcmp(streamed, stored, bytes) == 0 && streamed_sums == stored_sums,
             std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: streamed rows at page" +
                 " offset " + std::to_string(offset) + " give the stored rows' bits");
+    }
+  }
+}
+
+// The exact family's x_backprop of rows (training's float by register parts on the AVX2 copy,
+// two rows a group where its stores alias y_backprop's loads), by groups where the stores
+// alias and where they do not, and in order, streamed or not: every element the double
+// expression rounded once, training and inference, on every copy this CPU runs. Rows of 2056
+// columns end in a partial vector and alias at any row distance (StoresAliasLoads).
+template <typename T>
+void TestExactDxRowsAgree() {
+  constexpr int64_t kRows = 37, kWidth = 2056;
+  const int64_t bytes = kRows * kWidth * static_cast<int64_t>(sizeof(T));
+  const int64_t row_bytes = kWidth * static_cast<int64_t>(sizeof(T));
+  PagedTensors memory(bytes, 3);
+  const std::pair<T*, T*> inputs = memory.NormalInputs<T>(kRows * kWidth, 12);
+  T* const dy = inputs.first;
+  T* const x = inputs.second;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  std::vector<double> mean(kWidth), scale_inv_std(kWidth), dy_mean(kWidth), xc_coef(kWidth);
+  for (int64_t c = 0; c < kWidth; ++c) {
+    mean[c] = normal(rng) / 3.0;
+    scale_inv_std[c] = 1.0 + c / 4096.0;
+    dy_mean[c] = normal(rng) / 7.0;
+    xc_coef[c] = normal(rng) / 5.0;
+  }
+  for (bool training : {true, false}) {
+    const DxCoefficients<double> k{mean.data(), scale_inv_std.data(),
+                                   training ? dy_mean.data() : nullptr, xc_coef.data()};
+    std::vector<T> want(kRows * kWidth);
+    for (int64_t r = 0; r < kRows; ++r) {
+      for (int64_t c = 0; c < kWidth; ++c) {
+        const int64_t i = r * kWidth + c;
+        const double d = ToFloat(dy[i]), v = ToFloat(x[i]);
+        want[i] = FromDouble<T>(training ? scale_inv_std[c] * ((d - dy_mean[c]) -
+                                                               (v - mean[c]) * xc_coef[c])
+                                         : d * scale_inv_std[c]);
+      }
+    }
+    for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (isa > DetectedCpuIsa()) continue;
+      for (int64_t offset : {0, 1024}) {  // dy's page offset (aliasing), and one that is not
+        T* dx = memory.At<T>(2, offset);
+        Check(StoresAliasLoads(dx, dy, row_bytes, 4) == (offset == 0),
+              "exact x_backprop at page offset " + std::to_string(offset) +
+                  (offset == 0 ? " aliases y_backprop" : " does not alias y_backprop"));
+        for (RowOrder order : {RowOrder::kByGroups, RowOrder::kInOrder}) {
+          for (bool stream : {false, true}) {
+            std::memset(static_cast<void*>(dx), 0, bytes);
+            LoopsFor<T>(isa).exact_dx_rows(dy, x, dx, kWidth, kRows, kWidth, k, stream, order);
+            Check(std::memcmp(dx, want.data(), bytes) == 0,
+                  std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: exact " +
+                      (training ? "training" : "inference") + " x_backprop " +
+                      (order == RowOrder::kByGroups ? "by groups" : "in order") +
+                      (stream ? ", streamed" : "") + ", page offset " +
+                      std::to_string(offset) + ": each element rounded once");
+          }
+        }
+      }
     }
   }
 }
@@ -456,6 +542,7 @@ template <typename T>
 void RunAllCases() {
   TestIsaCopiesAgree<T>();
   TestStreamedInferenceRowsAgree<T>();
+  TestExactDxRowsAgree<T>();
   TestLateThreadsAgree<T>();
   uint32_t seed = 1;
   for (const Case& k : TestCases()) RunCase<T>(k, seed++);

@@ -273,7 +273,7 @@ void StreamInferenceDxInOrder(const T* dy, T* dx, int64_t stride, int64_t rows, 
   }
 }
 
-// Streamed, where the stripes' stores would hold up their loads (StreamedStoresAlias), rows
+// Streamed, where the stripes' stores would hold up their loads (StoresAliasLoads), rows
 // wide enough for stripes are summed first and their x_backprop written after, in order, from
 // dy just read into the caches: on an AMD EPYC (Zen 3) 1.6-2.2x as fast there, and up to 1.4x
 // slower where nothing aliases, which keeps the one sweep (docs/performance.md). The same
@@ -288,8 +288,8 @@ void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
   }
   const int64_t stripe_bytes = StripeRows(rows) * stride * static_cast<int64_t>(sizeof(T));
   if (width > kMaxDownRowsWidth &&
-      (StreamedStoresAlias(dx, dy, stripe_bytes, kFastGroup) ||
-       StreamedStoresAlias(dx, x, stripe_bytes, kFastGroup))) {
+      (StoresAliasLoads(dx, dy, stripe_bytes, kFastGroup) ||
+       StoresAliasLoads(dx, x, stripe_bytes, kFastGroup))) {
     SumRowsStriped<T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy,
                                  sum_dy_xc);
     StreamInferenceDxInOrder(dy, dx, stride, rows, width, scale_inv_std);
@@ -917,10 +917,68 @@ FBN_INLINE void ExactDxTile(const T* dy, const T* x, T* dx, int64_t stride, int6
   }
 }
 
+// Whether training's float x_backprop goes one register part at a time, each part loaded,
+// evaluated, rounded and stored before the next, as the sums go on the AVX2 copy, whose
+// registers cannot hold a whole vector's terms (kExactPassParts): there the register tiles
+// spilled their four coefficients and their parts, and filled them again for every tile.
+// Measured on an AMD EPYC (Zen 3), 1024-2048 columns: by parts about 0.7x the tiles' time
+// from L2, the calls 0.94-0.97x (both loops alternated in one process). Not inference (one
+// coefficient, no spills: 0.98-1.06x by parts), nor the portable copy (its parts of two
+// doubles store 8 bytes at a time: inference 1.12-1.14x as long). Each lane is evaluated and
+// rounded as in ExactDxTile: the same bits.
+template <typename T>
+constexpr bool kExactDxByParts =
+    kExactPassParts == 1 && kDoublePartLanes >= 4 && std::is_same_v<T, float>;
+
+// Rows per group by parts where x_backprop's stores would alias the group's loads of
+// y_backprop or x (StoresAliasLoads: rows a multiple of 4 KiB long and the tensors at one page
+// offset, as TensorFlow often places them): four rows there hold each row's loads up behind
+// the previous row's stores and fill an L1 set with twelve lines. Measured on the same Zen 3
+// from L2: four rows 1.4-1.6x as long where the stores alias as elsewhere, two rows 1.05-1.4x
+// as fast as four there.
+constexpr int64_t kExactDxGroupWhereStoresAlias = 2;
+
+// Training's rows by parts (kExactDxByParts), `group` at a time down each whole column vector,
+// the vector's coefficients loaded once for the group (read from L1 at every part instead,
+// the loads measured 1.3x as long); a last partial vector by ExactDxTile. Rows in order
+// (streamed x_backprop) keep the tiles: there parts stream 16 bytes at a time.
+template <bool kStream>
+void ExactTrainingDxRowsByParts(const float* dy, const float* x, float* dx, int64_t stride,
+                                int64_t rows, int64_t width, const DxCoefficients<double>& k,
+                                int64_t group) {
+  const int64_t whole = width / kLanes * kLanes;
+  for (int64_t r0 = 0; r0 < rows; r0 += group) {
+    const int64_t r1 = std::min(rows, r0 + group);
+    for (int64_t j = 0; j < whole; j += kLanes) {
+      const Doubles a = LoadDoubles(k.scale_inv_std + j), m = LoadDoubles(k.mean + j);
+      const Doubles dm = LoadDoubles(k.dy_mean + j), b = LoadDoubles(k.xc_coef + j);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int p = 0; p < kDoubleParts; ++p) {
+          const int64_t at = r * stride + j + p * kDoublePartLanes;
+          const DoublePart d = LoadPartAsDoubles(dy + at);
+          const DoublePart xc = LoadPartAsDoubles(x + at) - m.part[p];
+          StorePartRounded(dx + at, a.part[p] * ((d - dm.part[p]) - xc * b.part[p]), kStream);
+        }
+      }
+    }
+    if (whole < width) {
+      ExactDxTile<float, 1, true, kStream>(dy, x, dx, stride, r0, r1, whole,
+                                           static_cast<int>(width - whole), k);
+    }
+  }
+}
+
 template <typename T, bool kTraining, bool kStream>
 void ExactDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                      int64_t width, const DxCoefficients<double>& k, RowOrder order) {
   if (order == RowOrder::kByGroups) {
+    if constexpr (kTraining && kExactDxByParts<T>) {
+      const int64_t row_bytes = stride * static_cast<int64_t>(sizeof(T));
+      const bool alias = StoresAliasLoads(dx, dy, row_bytes, kExactDxGroup) ||
+                         StoresAliasLoads(dx, x, row_bytes, kExactDxGroup);
+      return ExactTrainingDxRowsByParts<kStream>(
+          dy, x, dx, stride, rows, width, k, alias ? kExactDxGroupWhereStoresAlias : kExactDxGroup);
+    }
     for (int64_t r0 = 0; r0 < rows; r0 += kExactDxGroup) {
       const int64_t r1 = std::min(rows, r0 + kExactDxGroup);
       ForEachTile<kExactDxVectors>(width, [&](int64_t j, int last, auto vectors, auto) {

@@ -46,13 +46,15 @@ inline bool CanStream(const void* output, const void* input, int64_t row_bytes) 
          row_bytes % kCacheLineBytes == 0;
 }
 
-// Whether streamed stores at `out` could hold up the loads that follow them at `in` + m·step,
-// |m| < streams (streams read side by side, `step` bytes apart): a load whose address agrees
-// in its low 12 bits with a store not yet written waits for it (4 KiB aliasing), and a streamed
-// store waits long. On an AMD EPYC (Zen 3) channels-last inference, whose eight stripes store
-// x_backprop between their loads, ran at half speed where x_backprop and y_backprop stood at
-// one offset in their pages (core_bench --page-offsets 64,64,64 against 64,1408,2752).
-inline bool StreamedStoresAlias(const void* out, const void* in, int64_t step, int streams) {
+// Whether stores at `out` could hold up the loads that follow them at `in` + m·step, |m| <
+// streams (streams read side by side, `step` bytes apart): a load whose address agrees in its
+// low 12 bits with a store not yet written waits for it (4 KiB aliasing), a streamed store
+// longest. On an AMD EPYC (Zen 3) channels-last inference, whose eight stripes store
+// x_backprop between their loads, ran at half speed streamed where x_backprop and y_backprop
+// stood at one offset in their pages (core_bench --page-offsets 64,64,64 against
+// 64,1408,2752), and the exact family's x_backprop by groups of four rows 1.4-1.5x as long
+// with ordinary stores (cpu_loops_impl.h, kExactDxGroup).
+inline bool StoresAliasLoads(const void* out, const void* in, int64_t step, int streams) {
   constexpr int64_t kPage = 4096, kNear = 2 * kCacheLineBytes;
   const int64_t offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(in) -
                                               reinterpret_cast<uintptr_t>(out));
