@@ -940,12 +940,11 @@ constexpr int64_t kExactDxGroupWhereStoresAlias = 2;
 
 // Training's rows by parts (kExactDxByParts), `group` at a time down each whole column vector,
 // the vector's coefficients loaded once for the group (read from L1 at every part instead,
-// the loads measured 1.3x as long); a last partial vector by ExactDxTile. Rows in order
-// (streamed x_backprop) keep the tiles: there parts stream 16 bytes at a time.
-template <bool kStream>
-void ExactTrainingDxRowsByParts(const float* dy, const float* x, float* dx, int64_t stride,
-                                int64_t rows, int64_t width, const DxCoefficients<double>& k,
-                                int64_t group) {
+// the loads measured 1.3x as long); a last partial vector by ExactDxTile. Ordinary stores:
+// streamed x_backprop goes in order, by the tiles (parts would stream 16 bytes at a time).
+inline void ExactTrainingDxRowsByParts(const float* dy, const float* x, float* dx,
+                                       int64_t stride, int64_t rows, int64_t width,
+                                       const DxCoefficients<double>& k, int64_t group) {
   const int64_t whole = width / kLanes * kLanes;
   for (int64_t r0 = 0; r0 < rows; r0 += group) {
     const int64_t r1 = std::min(rows, r0 + group);
@@ -957,13 +956,13 @@ void ExactTrainingDxRowsByParts(const float* dy, const float* x, float* dx, int6
           const int64_t at = r * stride + j + p * kDoublePartLanes;
           const DoublePart d = LoadPartAsDoubles(dy + at);
           const DoublePart xc = LoadPartAsDoubles(x + at) - m.part[p];
-          StorePartRounded(dx + at, a.part[p] * ((d - dm.part[p]) - xc * b.part[p]), kStream);
+          StorePartRounded(dx + at, a.part[p] * ((d - dm.part[p]) - xc * b.part[p]));
         }
       }
     }
     if (whole < width) {
-      ExactDxTile<float, 1, true, kStream>(dy, x, dx, stride, r0, r1, whole,
-                                           static_cast<int>(width - whole), k);
+      ExactDxTile<float, 1, true, false>(dy, x, dx, stride, r0, r1, whole,
+                                         static_cast<int>(width - whole), k);
     }
   }
 }
@@ -972,12 +971,12 @@ template <typename T, bool kTraining, bool kStream>
 void ExactDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                      int64_t width, const DxCoefficients<double>& k, RowOrder order) {
   if (order == RowOrder::kByGroups) {
-    if constexpr (kTraining && kExactDxByParts<T>) {
+    if constexpr (kTraining && !kStream && kExactDxByParts<T>) {
       const int64_t row_bytes = stride * static_cast<int64_t>(sizeof(T));
       const bool alias = StoresAliasLoads(dx, dy, row_bytes, kExactDxGroup) ||
                          StoresAliasLoads(dx, x, row_bytes, kExactDxGroup);
-      return ExactTrainingDxRowsByParts<kStream>(
-          dy, x, dx, stride, rows, width, k, alias ? kExactDxGroupWhereStoresAlias : kExactDxGroup);
+      return ExactTrainingDxRowsByParts(dy, x, dx, stride, rows, width, k,
+                                        alias ? kExactDxGroupWhereStoresAlias : kExactDxGroup);
     }
     for (int64_t r0 = 0; r0 < rows; r0 += kExactDxGroup) {
       const int64_t r1 = std::min(rows, r0 + kExactDxGroup);

@@ -559,21 +559,14 @@ FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
 
 // One register part of doubles rounded to float and stored at p (kDoublePartLanes floats):
 // the lanes of StoreRounded's whole vector, rounded the same way (to nearest-even, once).
-// Streamed where StoreStreaming would stream (AVX2 and AVX-512, aligned); ordinary elsewhere.
-FBN_INLINE void StorePartRounded(float* p, const DoublePart& v, bool stream) {
+FBN_INLINE void StorePartRounded(float* p, const DoublePart& v) {
 #if defined(FBN_SIMD_AVX512)
-  const __m256 f = _mm512_cvtpd_ps(reinterpret_cast<__m512d>(v));
-  if (stream && reinterpret_cast<uintptr_t>(p) % 32 == 0) return _mm256_stream_ps(p, f);
-  _mm256_storeu_ps(p, f);
+  _mm256_storeu_ps(p, _mm512_cvtpd_ps(reinterpret_cast<__m512d>(v)));
 #elif defined(FBN_SIMD_AVX2)
-  const __m128 f = _mm256_cvtpd_ps(reinterpret_cast<__m256d>(v));
-  if (stream && reinterpret_cast<uintptr_t>(p) % 16 == 0) return _mm_stream_ps(p, f);
-  _mm_storeu_ps(p, f);
+  _mm_storeu_ps(p, _mm256_cvtpd_ps(reinterpret_cast<__m256d>(v)));
 #elif defined(__SSE2__)
-  (void)stream;
   _mm_storel_pi(reinterpret_cast<__m64*>(p), _mm_cvtpd_ps(reinterpret_cast<__m128d>(v)));
 #else
-  (void)stream;
   for (int l = 0; l < kDoublePartLanes; ++l) p[l] = static_cast<float>(v[l]);
 #endif
 }
