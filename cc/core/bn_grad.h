@@ -92,8 +92,8 @@ struct Params {
 };
 
 // A channel's outputs, and training's x_backprop coefficients, from its two sums over `count`
-// elements: the one formula of the CPU and CUDA cores. x_backprop is then
-// scale · inv_std · ((dy − dy_mean) − (x − mean) · xc_coef), grouped as TensorFlow's expression.
+// elements: the one formula of the CPU and CUDA cores. x_backprop is then TrainingXBackprop
+// (training_x_backprop.h) with a = scale · inv_std.
 struct ChannelGradients {
   float offset_backprop;
   float scale_backprop;

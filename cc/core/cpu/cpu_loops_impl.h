@@ -4,6 +4,7 @@
 // included before it, outside the target region.
 
 #include "cc/core/cpu/cpu_simd.h"
+#include "cc/core/training_x_backprop.h"
 
 // ======== Fast family: float arithmetic in 16-lane vectors, sums moved to double after at
 // most kFastGroup terms per lane.
@@ -305,9 +306,8 @@ struct DxVectors {
   Floats mean, scale_inv_std, dy_mean, xc_coef;
 };
 
-// TensorFlow's grouping of the training x_backprop.
 FBN_INLINE Floats TrainingDx(const Floats& dy, const Floats& x, const DxVectors& k) {
-  return k.scale_inv_std * ((dy - k.dy_mean) - (x - k.mean) * k.xc_coef);
+  return TrainingXBackprop(k.scale_inv_std, dy, k.dy_mean, x, k.mean, k.xc_coef);
 }
 
 // x_backprop of at most kFastGroup rows of one tile, its coefficients in registers.
@@ -888,7 +888,7 @@ constexpr int64_t kExactDxGroup = 4;
 
 // x_backprop of rows [r0, r1) of kVectors column vectors from column j (the last one `last`
 // lanes wide), in double, rounded once, the coefficients in registers. Training:
-// dx = a · ((dy − dy_mean) − (x − mean) · xc_coef); inference: dx = dy · a; a = scale_inv_std.
+// TrainingXBackprop; inference: dx = dy · a; a = scale_inv_std.
 template <typename T, int kVectors, bool kTraining, bool kStream>
 FBN_INLINE void ExactDxTile(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                             int64_t r1, int64_t j, int last, const DxCoefficients<double>& k) {
@@ -908,8 +908,9 @@ FBN_INLINE void ExactDxTile(const T* dy, const T* x, T* dx, int64_t stride, int6
       const int64_t at = r * stride + j + v * kLanes;
       const Doubles d = LoadWidened(dy + at, lanes(v));
       if constexpr (kTraining) {
-        const Doubles xc = LoadWidened(x + at, lanes(v)) - m[v];
-        StoreRounded(dx + at, a[v] * ((d - dm[v]) - xc * b[v]), lanes(v), kStream);
+        const Doubles xv = LoadWidened(x + at, lanes(v));
+        StoreRounded(dx + at, TrainingXBackprop(a[v], d, dm[v], xv, m[v], b[v]), lanes(v),
+                     kStream);
       } else {
         StoreRounded(dx + at, d * a[v], lanes(v), kStream);
       }
@@ -954,9 +955,9 @@ inline void ExactTrainingDxRowsByParts(const float* dy, const float* x, float* d
       for (int64_t r = r0; r < r1; ++r) {
         for (int p = 0; p < kDoubleParts; ++p) {
           const int64_t at = r * stride + j + p * kDoublePartLanes;
-          const DoublePart d = LoadPartAsDoubles(dy + at);
-          const DoublePart xc = LoadPartAsDoubles(x + at) - m.part[p];
-          StorePartRounded(dx + at, a.part[p] * ((d - dm.part[p]) - xc * b.part[p]));
+          const DoublePart d = LoadPartAsDoubles(dy + at), xv = LoadPartAsDoubles(x + at);
+          StorePartRounded(dx + at, TrainingXBackprop(a.part[p], d, dm.part[p], xv, m.part[p],
+                                                      b.part[p]));
         }
       }
     }
@@ -1051,7 +1052,8 @@ void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channel
       }
       const double m = k.mean[c], dm = k.dy_mean[c], b = k.xc_coef[c];
       for (int64_t i = 0; i < length; ++i) {
-        out[i] = FromDouble<T>(a * ((ToFloat(d[i]) - dm) - (ToFloat(v[i]) - m) * b));
+        const double dyi = ToFloat(d[i]), xi = ToFloat(v[i]);
+        out[i] = FromDouble<T>(TrainingXBackprop(a, dyi, dm, xi, m, b));
       }
     }
   }

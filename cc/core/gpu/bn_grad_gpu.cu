@@ -43,6 +43,8 @@
 namespace fbn {
 namespace {
 
+#include "cc/core/training_x_backprop.h"
+
 // One thread's sums for V channels (or V lanes of one channel). A product of two widened
 // floats is exact in double, so each term carries no rounding error of its own.
 template <int V>
@@ -213,11 +215,10 @@ __global__ void __launch_bounds__(kThreads)
   FinishChannel(a, c, sums[0], sums[1]);
 }
 
-// dx = c1 * ((dy - mean(dy)) - (x - mean) * c2), centred before scaling for accuracy.
 template <typename T>
 __device__ __forceinline__ T TrainingDx(double dy, double x, double mean, double c1,
                                         double dy_mean, double c2) {
-  return Round<T>(c1 * ((dy - dy_mean) - (x - mean) * c2));
+  return Round<T>(TrainingXBackprop(c1, dy, dy_mean, x, mean, c2));
 }
 
 // Training's x_backprop sweep of one block, from the coefficients in a.coef.
