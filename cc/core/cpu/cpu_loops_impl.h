@@ -996,19 +996,30 @@ void ExactDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t row
   }
 }
 
+// Whether a column vector's streamed store is one instruction that writes a whole cache line
+// (the AVX-512 copy's float). Streamed stores of several rows at once then each complete a
+// line; where a line takes two or more stores (the AVX2 and portable copies, 16-bit types),
+// lines of four rows stay open at once.
+template <typename T>
+constexpr bool kStreamedStoreFillsLine =
+    kParts == 1 && kLanes * static_cast<int64_t>(sizeof(T)) == kCacheLineBytes;
+
 // dx may be dy's own buffer (x_backprop computed in place): each element is read before its
-// own store, and no other. Streamed, the rows go in order whatever `order` says: streamed
-// stores to four rows at once ran 1.6-2.9 times as long as ordinary stores on an AMD EPYC
-// (Zen 3; 16x7x7x2048 and 32x4x4x2048, core_bench --stores both), as the fast family's
-// stripes did (SumRowsInference).
+// own store, and no other. Streamed, the rows go in order whatever `order` says, unless each
+// store fills a line (kStreamedStoreFillsLine): streamed stores to four rows at once ran 1.6-2.9
+// times as long as ordinary stores on an AMD EPYC Zen 3 (AVX2, two stores a line; 16x7x7x2048
+// and 32x4x4x2048, core_bench --stores both), as the fast family's stripes did
+// (SumRowsInference); on a Zen 5 (AVX-512, a store a line) by groups took 0.80-0.99x the time
+// of the rows in order at one thread, 0.93-1.03x at two (16x7x7x2048 training, both walks
+// alternated in one process, at TensorFlow's page offsets and others).
 template <typename T>
 void ExactDxRows(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,
                  const DxCoefficients<double>& k, bool stream_dx, RowOrder order) {
   const bool training = k.dy_mean != nullptr;
   if (stream_dx) {
-    constexpr RowOrder kInOrder = RowOrder::kInOrder;
-    training ? ExactDxRowsImpl<T, true, true>(dy, x, dx, stride, rows, width, k, kInOrder)
-             : ExactDxRowsImpl<T, false, true>(dy, x, dx, stride, rows, width, k, kInOrder);
+    const RowOrder streamed = kStreamedStoreFillsLine<T> ? order : RowOrder::kInOrder;
+    training ? ExactDxRowsImpl<T, true, true>(dy, x, dx, stride, rows, width, k, streamed)
+             : ExactDxRowsImpl<T, false, true>(dy, x, dx, stride, rows, width, k, streamed);
     return FenceStreamingStores();
   }
   training ? ExactDxRowsImpl<T, true, false>(dy, x, dx, stride, rows, width, k, order)
