@@ -259,6 +259,14 @@ void SumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t widt
                             sum_dy_xc);
 }
 
+// Whether a column vector's streamed store is one instruction that writes a whole cache line
+// (the AVX-512 copy's float). Streamed stores of several rows at once then each complete a
+// line; where a line takes two or more stores (the AVX2 and portable copies, 16-bit types),
+// lines of several rows stay open at once.
+template <typename T>
+constexpr bool kStreamedStoreFillsLine =
+    kParts == 1 && kLanes * static_cast<int64_t>(sizeof(T)) == kCacheLineBytes;
+
 // Inference's x_backprop of a window row after row, dx = dy · scale_inv_std (SumStripedPosition's
 // product), streamed.
 template <typename T>
@@ -274,11 +282,15 @@ void StreamInferenceDxInOrder(const T* dy, T* dx, int64_t stride, int64_t rows, 
   }
 }
 
-// Streamed, where the stripes' stores would hold up their loads (StoresAliasLoads), rows
-// wide enough for stripes are summed first and their x_backprop written after, in order, from
-// dy just read into the caches: on an AMD EPYC (Zen 3) 1.6-2.2x as fast there, and up to 1.4x
-// slower where nothing aliases, which keeps the one sweep (docs/performance.md). The same
-// products, so the same bits.
+// Streamed, where the stripes' stores would hold up their loads (StoresAliasLoads) and a line
+// takes two or more stores (!kStreamedStoreFillsLine), rows wide enough for stripes are summed
+// first and their x_backprop written after, in order, from dy just read into the caches: on an
+// AMD EPYC Zen 3 (AVX2) 1.6-2.2x as fast there, and up to 1.4x slower where nothing aliases,
+// which keeps the one sweep (docs/performance.md). Where each store fills a line (AVX-512,
+// float) the one sweep is faster even where the stores alias: on a Zen 5 the split took
+// 1.31-1.50x its time at one thread, 1.16-1.18x at two (16x14x14x512, 32x14x14x256 and
+// 8x16x16x1024 at TensorFlow's page offsets, both in one process). The same products, so the
+// same bits.
 template <typename T>
 void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const float* mean, const float* scale_inv_std,
@@ -288,7 +300,7 @@ void SumRowsInference(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
                                       sum_dy, sum_dy_xc);
   }
   const int64_t stripe_bytes = StripeRows(rows) * stride * static_cast<int64_t>(sizeof(T));
-  if (width > kMaxDownRowsWidth &&
+  if (width > kMaxDownRowsWidth && !kStreamedStoreFillsLine<T> &&
       (StoresAliasLoads(dx, dy, stripe_bytes, kFastGroup) ||
        StoresAliasLoads(dx, x, stripe_bytes, kFastGroup))) {
     SumRowsStriped<T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, sum_dy,
@@ -995,14 +1007,6 @@ void ExactDxRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t row
     }
   }
 }
-
-// Whether a column vector's streamed store is one instruction that writes a whole cache line
-// (the AVX-512 copy's float). Streamed stores of several rows at once then each complete a
-// line; where a line takes two or more stores (the AVX2 and portable copies, 16-bit types),
-// lines of four rows stay open at once.
-template <typename T>
-constexpr bool kStreamedStoreFillsLine =
-    kParts == 1 && kLanes * static_cast<int64_t>(sizeof(T)) == kCacheLineBytes;
 
 // dx may be dy's own buffer (x_backprop computed in place): each element is read before its
 // own store, and no other. Streamed, the rows go in order whatever `order` says, unless each
