@@ -20,6 +20,9 @@ BENCH_PACKAGES ?= torch==2.13.0 matplotlib
 BENCH_ARGS ?=
 # Options of build/core_bench (make core-bench), e.g. CORE_BENCH_ARGS="--loops".
 CORE_BENCH_ARGS ?=
+# make cores-interleaved: the commit to time this checkout's core against, and the options.
+OLD ?=
+CORES_ARGS ?=
 # pytest worker processes for `make test` (pytest-xdist): the suite is mostly single-threaded
 # Python and fresh interpreters, so two workers halve its time on two cores. Each worker imports
 # TensorFlow (about 1 GB): raise it only with the memory to match.
@@ -208,6 +211,29 @@ core-bench: $(RELEASE_CORE_OBJECTS) $(CC_FILES) $(wildcard benchmarks/core_bench
 	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) $(RELEASE_CORE_OBJECTS) \
 	    benchmarks/core_bench/core_bench.cc build/core_bench_stream_loops.o -o build/core_bench
 	./build/core_bench $(CORE_BENCH_ARGS)
+
+# Two commits' cores timed in one process, calls alternated round by round (options and cases
+# in CORES_ARGS, listed in benchmarks/core_bench/cores_interleaved.cc): how a speed change is
+# bisected on a shared host. OLD's cc/core is built with its namespace renamed (-Dfbn=fbn_old)
+# and its own headers first, beside this checkout's release objects; not a test.
+OLD_CORE := build/cores_interleaved_old
+.PHONY: cores-interleaved
+## two commits' CPU cores in one process (OLD=<commit> CORES_ARGS="--threads 1 16x7x7x2048:T")
+cores-interleaved: $(RELEASE_CORE_OBJECTS) $(CC_FILES) $(wildcard benchmarks/core_bench/*)
+	@test -n "$(OLD)" || { echo "usage: make cores-interleaved OLD=<commit> CORES_ARGS=..."; exit 2; }
+	rm -rf $(OLD_CORE) && mkdir -p $(OLD_CORE)/tree $(OLD_CORE)/obj
+	git archive $(OLD) cc/core | tar -x -C $(OLD_CORE)/tree
+	for f in $(OLD_CORE)/tree/cc/core/*.cc $(OLD_CORE)/tree/cc/core/cpu/*.cc \
+	    benchmarks/core_bench/core_call.cc; do \
+	  $(CXX) -I$(OLD_CORE)/tree $(CORE_FLAGS) $(RELEASE_FLAGS) -Dfbn=fbn_old \
+	      -DCORE_CALL=OldCoreCall -c $$f -o $(OLD_CORE)/obj/$$(basename $$f .cc).o || exit 1; \
+	done
+	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) -DCORE_CALL=NewCoreCall \
+	    benchmarks/core_bench/core_call.cc -c -o build/new_core_call.o
+	$(CXX) $(CORE_FLAGS) $(RELEASE_FLAGS) benchmarks/core_bench/cores_interleaved.cc \
+	    $(OLD_CORE)/obj/*.o build/new_core_call.o $(RELEASE_CORE_OBJECTS) \
+	    -o build/cores_interleaved
+	./build/cores_interleaved $(CORES_ARGS)
 
 # The CPU core built for Linux AArch64 (Debian's cross compiler) and run under qemu: its test,
 # and its outputs against this machine's, bit for bit (installs both tools with apt if missing).

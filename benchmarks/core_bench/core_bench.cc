@@ -29,6 +29,8 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/core_bench/interleaved_timing.h"
+#include "benchmarks/core_bench/paged_floats.h"
 #include "benchmarks/core_bench/spin_pool.h"
 #include "cc/core/bn_forward.h"
 #include "cc/core/bn_grad.h"
@@ -46,64 +48,6 @@ namespace bench {
 namespace {
 
 using Floats = CacheLineVector<float>;  // small arrays, on a cache line as TensorFlow's
-
-// The three large tensors (x, y_backprop and x_backprop, or the forward's x and y), each
-// `offset` bytes into a 4 KiB page. TensorFlow's default build (oneDNN's allocator) starts all
-// three 64 bytes into their pages, where the rows loops' lines compete most for the L1's sets:
-// on a Zen 5 the gradient's channels-last calls took up to 1.35x as long as with the tensors
-// at 64, 1408 and 2752 (benchmarks/RESULTS.md, "Where the gradient's second thread goes on the
-// Zen 5"). The bench places them as TensorFlow does unless --page-offsets says otherwise.
-class PagedFloats {
- public:
-  static constexpr int64_t kPageBytes = 4096;
-  PagedFloats(int64_t n, int64_t offset, float fill = 0.0f)
-      : storage_(n + kPageBytes / static_cast<int64_t>(sizeof(float))) {
-    const uintptr_t start = reinterpret_cast<uintptr_t>(storage_.data());
-    const uintptr_t page = (start + kPageBytes - 1) & ~uintptr_t{kPageBytes - 1};
-    data_ = reinterpret_cast<float*>(page + offset);
-    std::fill(data_, data_ + n, fill);
-  }
-  float* data() { return data_; }
-  float& operator[](int64_t i) { return data_[i]; }
-
- private:
-  Floats storage_;
-  float* data_;
-};
-
-double NowUs() {
-  return std::chrono::duration<double, std::micro>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-// Median over `rounds` of each round's median per-call time, every function timed in every
-// round in turn; ~15 ms of calls per function and round.
-std::vector<double> TimeInterleaved(const std::vector<std::function<void()>>& fns, int rounds) {
-  double start = NowUs();
-  fns[0]();
-  const int calls = std::max(3, static_cast<int>(15000 / std::max(1.0, NowUs() - start)));
-  std::vector<std::vector<double>> medians(fns.size());
-  for (int r = 0; r < rounds; ++r) {
-    for (size_t f = 0; f < fns.size(); ++f) {
-      fns[f]();  // untimed: whatever the previous function left in the caches
-      std::vector<double> times;
-      for (int c = 0; c < calls; ++c) {
-        start = NowUs();
-        fns[f]();
-        times.push_back(NowUs() - start);
-      }
-      std::nth_element(times.begin(), times.begin() + calls / 2, times.end());
-      medians[f].push_back(times[calls / 2]);
-    }
-  }
-  std::vector<double> result;
-  for (auto& m : medians) {
-    std::nth_element(m.begin(), m.begin() + rounds / 2, m.end());
-    result.push_back(m[rounds / 2]);
-  }
-  return result;
-}
 
 // The streaming kernel: training reads x and dy, then reads them again and writes dx; each
 // thread keeps its half in both sweeps, as OpenMP's static schedule does.
