@@ -1,6 +1,6 @@
 // Training's x_backprop, the one expression of every CPU and CUDA path. No include guard on
 // purpose: each CPU copy includes it inside its own namespace and target region (through
-// cpu_simd.h), where its vectors' operators are, and the CUDA kernels inside theirs.
+// cpu_loops_impl.h), where its vectors' operators are, and the CUDA kernels inside theirs.
 //
 // a = scale · inv_std. TensorFlow's grouping, centred before scaling for accuracy, so infinities
 // and NaNs propagate as in TensorFlow; on scalars or vectors of float or double, each path

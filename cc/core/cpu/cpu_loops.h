@@ -106,8 +106,8 @@ struct ExactColumns {
 enum class RowOrder { kInOrder, kByGroups };
 
 // Coefficients of x_backprop, per column (rows) or per channel (runs). Inference:
-// dx = dy · scale_inv_std. Training: TrainingXBackprop (bn_grad.h), grouped as TensorFlow groups
-// it, so infinities and NaNs propagate the same way.
+// dx = dy · scale_inv_std. Training: TrainingXBackprop (training_x_backprop.h), grouped as
+// TensorFlow groups it, so infinities and NaNs propagate the same way.
 template <typename F>
 struct DxCoefficients {
   const F* mean = nullptr;
