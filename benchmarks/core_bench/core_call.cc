@@ -12,12 +12,12 @@ using UnitRunner = std::function<void(int64_t, const std::function<void(int64_t,
 void CORE_CALL(const float* dy, const float* x, const float* scale, const float* mean,
                const float* variance, float* dx, float* scale_backprop, float* offset_backprop,
                int64_t batch, int64_t spatial, int64_t channels, bool training,
-               const UnitRunner& run_units, int threads) {
+               bool channels_last, const UnitRunner& run_units, int threads) {
   fbn::Params p;
   p.shape.batch = batch;
   p.shape.spatial = spatial;
   p.shape.channels = channels;
-  p.shape.channels_last = true;
+  p.shape.channels_last = channels_last;
   p.is_training = training;
   fbn::Tensors<float> t;
   t.y_backprop = dy;

@@ -5,9 +5,10 @@
 //   make cores-interleaved OLD=adaf5e3 CORES_ARGS="--threads 1 --rounds 15 16x7x7x2048:T"
 //
 // which builds OLD's cc/core with its namespace renamed beside this checkout's release objects.
-// Cases are channels-last NxHxWxC:T (training) or :I (inference), float32, the three large
-// tensors 64 bytes into their pages as TensorFlow's default build places them. Prints each
-// core's median time, new / old, and whether the two gave the same bits.
+// Cases are NxHxWxC:T (training) or :I (inference), channels last, or :TF and :IF channels first
+// (the same shape, NxCxHxW in memory), float32, the three large tensors 64 bytes into their
+// pages as TensorFlow's default build places them. Prints each core's median time, new / old,
+// and whether the two gave the same bits.
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -23,8 +24,8 @@
 
 using UnitRunner = std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)>;
 using CoreCall = void(const float*, const float*, const float*, const float*, const float*,
-                      float*, float*, float*, int64_t, int64_t, int64_t, bool, const UnitRunner&,
-                      int);
+                      float*, float*, float*, int64_t, int64_t, int64_t, bool, bool,
+                      const UnitRunner&, int);
 CoreCall OldCoreCall, NewCoreCall;
 
 namespace fbn {
@@ -36,17 +37,19 @@ constexpr int64_t kPageOffset = 64;
 struct Case {
   int64_t batch = 0, height = 0, width = 0, channels = 0;
   bool training = true;
+  bool channels_last = true;
 };
 
 bool ParseCase(const char* text, Case* c) {
-  char mode = 0;
-  if (std::sscanf(text, "%ldx%ldx%ldx%ld:%c", &c->batch, &c->height, &c->width, &c->channels,
-                  &mode) != 5 ||
-      (mode != 'T' && mode != 'I') || c->batch < 1 || c->height < 1 || c->width < 1 ||
-      c->channels < 1) {
+  char mode[3] = {};
+  if (std::sscanf(text, "%ldx%ldx%ldx%ld:%2s", &c->batch, &c->height, &c->width, &c->channels,
+                  mode) != 5 ||
+      (mode[0] != 'T' && mode[0] != 'I') || (mode[1] != 0 && mode[1] != 'F') || c->batch < 1 ||
+      c->height < 1 || c->width < 1 || c->channels < 1) {
     return false;
   }
-  c->training = mode == 'T';
+  c->training = mode[0] == 'T';
+  c->channels_last = mode[1] != 'F';
   return true;
 }
 
@@ -80,7 +83,7 @@ void TimeCase(const char* text, const Case& c, SpinPool& pool, int rounds) {
     return [&, core, out] {
       core(dy.data(), x.data(), scale.data(), mean.data(), variance.data(), out->dx.data(),
            out->scale_backprop.data(), out->offset_backprop.data(), c.batch, spatial,
-           c.channels, c.training, run_units, pool.threads());
+           c.channels, c.training, c.channels_last, run_units, pool.threads());
     };
   };
   const std::vector<double> us =
@@ -107,8 +110,9 @@ int Main(int argc, char** argv) {
     } else if (ParseCase(argv[i], &c)) {
       cases.emplace_back(argv[i], c);
     } else {
-      std::fprintf(stderr, "unknown argument %s: cases are NxHxWxC:T or :I, options --threads N "
-                           "(default 1 and 2) and --rounds R (11)\n", argv[i]);
+      std::fprintf(stderr, "unknown argument %s: cases are NxHxWxC:T or :I (:TF, :IF channels "
+                           "first), options --threads N (default 1 and 2) and --rounds R (11)\n",
+                   argv[i]);
       return 2;
     }
   }
