@@ -486,6 +486,83 @@ void TestExactDxRowsAgree() {
   }
 }
 
+// The exact family's planes loop (channels first, planes shorter than a vector, read as rows)
+// against its runs loop, bit for bit: each channel's bounded sums and Σ|term|, and inference's
+// x_backprop, for every plane length up to kRunLanes, a few image counts (the runs go side by
+// side in fours) and channel counts, in every copy; one channel with an infinite mean.
+template <typename T>
+void TestExactPlanesMatchRuns() {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal;
+  for (int64_t plane = 1; plane <= kRunLanes; ++plane) {
+    for (int64_t images : {1, 3, 4, 9, 17}) {
+      for (int64_t channels : {1, 5, 37}) {
+        const int64_t stride = channels * plane, n = images * stride;
+        std::vector<T> dy(n), x(n);
+        for (int64_t i = 0; i < n; ++i) {
+          dy[i] = FromFloat<T>(normal(rng));
+          x[i] = FromFloat<T>(normal(rng) + 2.0f);
+        }
+        std::vector<double> mean(channels), scale_inv_std(channels);
+        for (int64_t c = 0; c < channels; ++c) {
+          mean[c] = c == 3 ? std::numeric_limits<double>::infinity() : 2.0 + normal(rng) / 9.0;
+          scale_inv_std[c] = 1.0 + c / 64.0;
+        }
+        std::vector<double> mean_columns(stride), scale_columns(stride);
+        for (int64_t j = 0; j < stride; ++j) {
+          mean_columns[j] = mean[j / plane];
+          scale_columns[j] = scale_inv_std[j / plane];
+        }
+        for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+          if (isa > DetectedCpuIsa()) continue;
+          const CpuLoops<T>& loops = LoopsFor<T>(isa);
+          for (bool inference : {false, true}) {
+            std::vector<BoundedSum> runs_dy(channels), runs_dy_xc(channels);
+            std::vector<BoundedSum> planes_dy(channels), planes_dy_xc(channels);
+            std::vector<T> runs_dx(n), planes_dx(n);
+            for (int64_t c0 = 0; c0 < channels; c0 += kExactRunChannels) {
+              const int64_t k = std::min(kExactRunChannels, channels - c0);
+              const int64_t at = c0 * plane;
+              if (inference) {
+                loops.exact_bounded_sum_runs_inference(
+                    dy.data() + at, x.data() + at, runs_dx.data() + at, mean.data() + c0,
+                    scale_inv_std.data() + c0, plane, k, images, stride, &runs_dy[c0],
+                    &runs_dy_xc[c0]);
+              } else {
+                loops.exact_bounded_sum_runs(dy.data() + at, x.data() + at, mean.data() + c0,
+                                             plane, k, images, stride, &runs_dy[c0],
+                                             &runs_dy_xc[c0]);
+              }
+            }
+            std::vector<double> scratch(4 * RowsPitch(stride));
+            const int64_t pitch = RowsPitch(stride);
+            const ExactColumns columns{scratch.data(), scratch.data() + pitch,
+                                       scratch.data() + 2 * pitch, scratch.data() + 3 * pitch};
+            loops.exact_bounded_sum_planes(dy.data(), x.data(),
+                                           inference ? planes_dx.data() : nullptr, stride,
+                                           images, channels, plane, mean_columns.data(),
+                                           scale_columns.data(), columns, planes_dy.data(),
+                                           planes_dy_xc.data());
+            bool same = std::memcmp(runs_dx.data(), planes_dx.data(), n * sizeof(T)) == 0;
+            for (int64_t c = 0; c < channels; ++c) {
+              for (const auto& [a, b] : {std::make_pair(runs_dy[c], planes_dy[c]),
+                                         std::make_pair(runs_dy_xc[c], planes_dy_xc[c])}) {
+                same &= std::memcmp(&a.sum, &b.sum, sizeof(double)) == 0 &&
+                        std::memcmp(&a.abs_sum, &b.abs_sum, sizeof(double)) == 0;
+              }
+            }
+            Check(same, std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: exact " +
+                            (inference ? "inference" : "sums") + " of " +
+                            std::to_string(images) + " images of " + std::to_string(channels) +
+                            " planes of " + std::to_string(plane) +
+                            ": the planes loop gives the runs loop's bits");
+          }
+        }
+      }
+    }
+  }
+}
+
 // The number a shell command prints, 0 where it prints none.
 long long ShellNumber(const char* command) {
   long long number = 0;
@@ -543,6 +620,7 @@ void RunAllCases() {
   TestIsaCopiesAgree<T>();
   TestStreamedInferenceRowsAgree<T>();
   TestExactDxRowsAgree<T>();
+  TestExactPlanesMatchRuns<T>();
   TestLateThreadsAgree<T>();
   uint32_t seed = 1;
   for (const Case& k : TestCases()) RunCase<T>(k, seed++);

@@ -181,6 +181,17 @@ struct CpuLoops {
                                            const double* scale_inv_std, int64_t length,
                                            int64_t channels, int64_t count, int64_t stride,
                                            BoundedSum* sum_dy, BoundedSum* sum_dy_xc);
+  // Channels first with planes of at most kRunLanes elements, read as rows: `rows` images of
+  // `channels` consecutive channels' planes (`plane` elements each; rows `stride` apart), each
+  // column summed down the rows as exact_bounded_sum_rows sums it, then each channel's columns
+  // reduced as exact_bounded_sum_runs reduces a channel's lanes (element i of the plane is lane
+  // i there): exact_bounded_sum_runs's sums, bit for bit. `mean` per column; where dx is given
+  // (inference) also x_backprop = dy · scale_inv_std per column, in double, rounded once, never
+  // streamed. `columns` is scratch of RowsPitch(channels · plane) entries per array.
+  void (*exact_bounded_sum_planes)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                                   int64_t channels, int64_t plane, const double* mean,
+                                   const double* scale_inv_std, const ExactColumns& columns,
+                                   BoundedSum* sum_dy, BoundedSum* sum_dy_xc);
   // x_backprop, in double, rounded once; inference where k.dy_mean is null. Rows streamed as
   // above, in `order`; the runs as exact_sum_runs's, coefficients per channel.
   void (*exact_dx_rows)(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,

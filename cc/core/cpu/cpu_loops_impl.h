@@ -1068,6 +1068,38 @@ void ExactBoundedSumRowsInference(const T* dy, const T* x, T* dx, int64_t stride
   }
 }
 
+// Channels first with planes of at most kLanes elements, read as rows of planes: a column is
+// one element of one channel's plane, summed down the images as a lane of ExactSumRunsImpl sums
+// it (the plane's element i is lane i there, and a run is one vector or less), so reducing each
+// channel's columns as its lanes gives ExactBoundedSumRuns's sums, bit for bit. The rows loops
+// read a row of many channels' planes at a time where the runs loop took a channel's run of a
+// vector or less, with its lanes, at a time.
+template <typename T>
+void ExactBoundedSumPlanes(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
+                           int64_t channels, int64_t plane, const double* mean,
+                           const double* scale_inv_std, const ExactColumns& columns,
+                           BoundedSum* sums_dy, BoundedSum* sums_dy_xc) {
+  const int64_t width = channels * plane;
+  for (double* array : {columns.dy, columns.dy_aux, columns.dy_xc, columns.dy_xc_aux}) {
+    std::fill(array, array + RowsPitch(width), 0.0);
+  }
+  if (dx != nullptr) {
+    ExactBoundedSumRowsInference(dy, x, dx, stride, rows, width, mean, scale_inv_std, columns,
+                                 false);
+  } else {
+    ExactSumRowsImpl<Bounded, T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr,
+                                            columns);
+  }
+  const int n = static_cast<int>(plane);
+  for (int64_t c = 0; c < channels; ++c) {
+    const int64_t at = c * plane;  // the channel's columns, as its lanes (the others zero)
+    Bounded::Reduce(LoadDoublesUpTo(columns.dy + at, n), LoadDoublesUpTo(columns.dy_aux + at, n),
+                    &sums_dy[c]);
+    Bounded::Reduce(LoadDoublesUpTo(columns.dy_xc + at, n),
+                    LoadDoublesUpTo(columns.dy_xc_aux + at, n), &sums_dy_xc[c]);
+  }
+}
+
 template <typename T>
 void ExactDxRuns(const T* dy, const T* x, T* dx, int64_t length, int64_t channels,
                  int64_t count, int64_t stride, const DxCoefficients<double>& k) {
@@ -1098,7 +1130,8 @@ const CpuLoops<T>* Loops() {
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
       ExactSumRows<Compensated, T>, ExactSumRuns<Compensated, T>,
       ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
-      ExactBoundedSumRunsInference<T>, ExactDxRows<T>, ExactDxRuns<T>};
+      ExactBoundedSumRunsInference<T>, ExactBoundedSumPlanes<T>, ExactDxRows<T>,
+      ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()

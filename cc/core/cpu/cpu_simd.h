@@ -521,6 +521,28 @@ FBN_INLINE double ReduceLanes(const Doubles& d) {
 // The first n doubles at p, the other lanes zero (a partial vector at the end of an array).
 FBN_INLINE Doubles LoadDoublesUpTo(const double* p, int n) {
   if (n == kLanes) return LoadDoubles(p);
+#if defined(FBN_SIMD_AVX512)
+  // Masked loads (AVX-512, AVX2): lanes staged on the stack one by one would be read back as
+  // a vector the store buffer cannot forward, a stall per register.
+  Doubles d;
+  for (int part = 0; part < kDoubleParts; ++part) {
+    const int lanes = std::clamp(n - part * kDoublePartLanes, 0, kDoublePartLanes);
+    const __mmask8 mask = static_cast<__mmask8>((1u << lanes) - 1u);
+    d.part[part] = reinterpret_cast<DoublePart>(
+        _mm512_maskz_loadu_pd(mask, p + part * kDoublePartLanes));
+  }
+  return d;
+#elif defined(FBN_SIMD_AVX2)
+  static_assert(kDoublePartLanes == 4, "an AVX2 register holds four doubles");
+  Doubles d;
+  for (int part = 0; part < kDoubleParts; ++part) {
+    const int64_t first = part * kDoublePartLanes;
+    const __m256i mask = _mm256_set_epi64x(-(first + 3 < n), -(first + 2 < n), -(first + 1 < n),
+                                           -(first < n));
+    d.part[part] = reinterpret_cast<DoublePart>(_mm256_maskload_pd(p + first, mask));
+  }
+  return d;
+#endif
   double staged[kLanes] = {};
   for (int l = 0; l < n; ++l) staged[l] = p[l];
   return LoadDoubles(staged);
