@@ -10,7 +10,8 @@
 //           the [N, C * S] matrix, a unit being a group of channels whose planes make a row of
 //           at most kMaxUnitColumns columns.
 // Channels with fewer than kFastPathRest elements take the exact family of loops (see
-// cpu_loops.h) in the same shapes of units, each holding whole channels.
+// cpu_loops.h) in the same shapes of units, each holding whole channels; its planes schedule
+// takes planes shorter than a vector (RunExactPlanes).
 //
 // Memory traffic is what limits these kernels, so the schedules are about bytes:
 //   - A unit that holds all of its channels' elements and whose x and dy fit in the L2 cache
@@ -857,9 +858,9 @@ void RunExactRuns(const Call<T, double>& call) {
 // kExactPlanesColumns columns, holding every image. Each channel's columns are reduced as its
 // lanes (exact_bounded_sum_planes), so the sums, and x_backprop, are RunExactRuns's bit for
 // bit. The runs loop took one channel's partial vector, its lanes with it, at a time: on an
-// Intel Xeon (2026-12-02, float32, both alternated in one process) the rows took 0.29-0.33x its
-// time on 2x2 planes, 0.57-0.70x on 3x3, 0.69-0.76x on 2x5 to 3x4, 0.92 on 3x5, about level
-// with eight or fewer images; on 4x4 planes, whole vectors, the runs are faster (1.2x).
+// Intel Xeon (2026-12-02, float32, both alternated in one process) the rows took 0.27-0.32x its
+// time on 2x2 planes, 0.52-0.67x on 3x3, 0.73-0.89x on 3x5, 0.68-1.00x with four or eight
+// images; on 4x4 planes, whole vectors, the runs are faster (the rows 1.2x).
 constexpr int64_t kExactPlanesColumns = 512;
 
 template <typename T>

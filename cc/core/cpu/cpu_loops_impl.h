@@ -708,9 +708,10 @@ FBN_INLINE Doubles LoadWidenedParts(const T* p, int n) {
 // or two vectors cost more than the run. Longer runs go image by image, as memory lies: side by
 // side on 8x8 planes (256 bytes) took 1.04-1.08x the time, the images' runs a power of two
 // apart competing for the L1's sets. Measured on an Intel Xeon (2026-12-02, float32, both
-// orders alternated in one process): 4x4 planes 0.74-0.79x the time at one and two threads,
-// 3x3 0.90-0.98x, 5x5 0.92-1.02x, 7x7 0.93-1.00x. Either order adds each lane's terms in the
-// same order: the same bits.
+// orders alternated in one process): 4x4 planes 0.70-0.79x the time at one and two threads,
+// 5x5 0.91-1.02x, 6x6 0.90-0.96x, 7x7 0.92-1.00x (planes shorter than a vector go through the
+// rows loops instead: RunExactPlanes, bn_grad_cpu.cc). Either order adds each lane's terms in
+// the same order: the same bits.
 constexpr int64_t kExactRunImages = 4;
 constexpr int64_t kExactRunsSideBySideBelowBytes = 256;
 
