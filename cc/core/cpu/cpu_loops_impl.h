@@ -706,7 +706,7 @@ FBN_INLINE Doubles LoadWidenedParts(const T* p, int n) {
 // go side by side: each channel's run of one image after another, its lanes (eight AVX-512
 // registers) loaded and stored once for them all rather than once per run, which on runs of one
 // or two vectors cost more than the run. Longer runs go image by image, as memory lies: side by
-// side on 8x8 planes (256 bytes) took 1.04-1.08x the time, the images' runs a power of two
+// side on 8x8 planes (256 bytes) took 1.02-1.09x the time, the images' runs a power of two
 // apart competing for the L1's sets. Measured on an Intel Xeon (2026-12-02, float32, both
 // orders alternated in one process): 4x4 planes 0.70-0.79x the time at one and two threads,
 // 5x5 0.91-1.02x, 6x6 0.90-0.96x, 7x7 0.92-1.00x (planes shorter than a vector go through the
