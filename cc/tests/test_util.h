@@ -286,6 +286,8 @@ inline std::vector<Case> TestCases() {
       // Exact rows in strips (or blocks) over three blocks, the last strip narrower, its last
       // vector short.
       {3, 2100, 100, true},
+      // Channels-first inference in more groups than threads, tapered (InferenceRunsGroups).
+      {3, 700, 100, false},
   };
   std::vector<Case> cases;
   for (const Shape& s : shapes) {
