@@ -27,7 +27,8 @@
 //
 // Determinism: units depend on the shape only, each unit writes its own partial sums, and
 // partials are combined per channel in unit order. The thread count changes which thread runs
-// a unit, never the bits of the result.
+// a unit, never the bits of the result. (Channels-first inference sizes its groups by the thread
+// count too: each holds whole channels, so no channel's sums depend on the groups.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -82,6 +83,7 @@ constexpr int64_t kMinGroupUnits = 16;
 // 4x32x32x64 0.59-0.69x, others 0.91-1.01x; at one thread 0.80-1.01x.
 constexpr int64_t kInferencePieceBytes = int64_t{64} << 10;
 constexpr int64_t kMaxInferenceGroupChannels = 512;
+static_assert(kMaxGroupChannels <= kMaxInferenceGroupChannels, "one sums array holds either");
 // Calls this small run on the calling thread: a pool dispatch would cost more than the work.
 constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Rough cycles per element, for the pool's cost model.
