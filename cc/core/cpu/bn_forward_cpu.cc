@@ -63,12 +63,10 @@ constexpr int64_t kMinGroupUnits = 16;
 constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Channels whose moments RunRows combines side by side.
 constexpr int64_t kCombineChannels = 16;
-// Channels per part of the step between the sweeps, which the threads share (cpu_sweeps.h):
-// one thread combining 1024-2048 channels' moments took 48-76 µs of an 850-2700 µs call at two
-// threads (channels last, 16x7x7x2048, 64x7x7x1024, 32x8x8x2048, an Intel Xeon), and takes the
-// same at any thread count.
-constexpr int64_t kFinishChannels = 256;
-static_assert(kFinishChannels % kCombineChannels == 0, "parts of whole combined groups");
+// The step between the sweeps goes in parts (cpu_sweeps.h): one thread combining 1024-2048
+// channels' moments took 48-76 µs of an 850-2700 µs call at two threads (channels last,
+// 16x7x7x2048, 64x7x7x1024, 32x8x8x2048, an Intel Xeon), and takes the same at any thread count.
+static_assert(kStepPartChannels % kCombineChannels == 0, "step parts of whole combined groups");
 
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 3;
@@ -235,7 +233,7 @@ void RunRows(ForwardCall<T>& call) {
   // in L1 channels first. Channel by channel, the division per part and its dependent sum took
   // 40 of 430 µs on 16x7x7x2048 channels last and 390 of 970 µs channels first (49 parts a
   // channel), at one thread, in the step between the sweeps, which the threads now share in
-  // parts of kFinishChannels channels.
+  // parts of kStepPartChannels channels.
   auto for_each_part = [&](auto&& fn) {  // fn(part's count, channel 0's sum and m2, stride)
     for (int64_t rt = 0; rt < row_tiles; ++rt) {
       const double count = static_cast<double>(std::min(tile_rows, rows - rt * tile_rows));
@@ -295,7 +293,7 @@ void RunRows(ForwardCall<T>& call) {
     call.loops.normalize_rows(call.t.x + r0 * width + j0, call.t.y + r0 * width + j0, width,
                               nrows, ncols, k, stream, order);
   };
-  call.Run(units, tile_rows * tile_columns, moments, StepInParts(C, kFinishChannels, finish),
+  call.Run(units, tile_rows * tile_columns, moments, StepInParts(C, kStepPartChannels, finish),
            normalize);
 }
 
@@ -367,7 +365,7 @@ void RunRuns(ForwardCall<T>& call) {
     if (stream) FenceStreamingStores();
   };
   call.Run(CeilDiv(C * blocks, blocks_per_unit), blocks_per_unit * runs_per_unit * piece, moments,
-           StepInParts(C, kFinishChannels, finish), normalize);
+           StepInParts(C, kStepPartChannels, finish), normalize);
 }
 
 }  // namespace

@@ -66,10 +66,9 @@ constexpr int64_t kMinRowWidth = 64;
 // Exact rows blocks have at least this many rows, so that their partial sums (four doubles
 // per column) stay small next to the block's own data.
 constexpr int64_t kExactMinBlockRows = 128;
-// Columns per part of the exact rows' finish (a whole number of column vectors): 2048 channels
-// in 8 parts, 0.1 MB of block sums each on 16x7x7x2048.
-constexpr int64_t kExactFinishColumns = 256;
-static_assert(kExactFinishColumns % kColumnVector == 0, "parts of whole column vectors");
+// The exact rows' finish goes in parts (cpu_sweeps.h): 2048 channels in 8 parts, 0.1 MB of
+// block sums each on 16x7x7x2048.
+static_assert(kStepPartChannels % kColumnVector == 0, "step parts of whole column vectors");
 // Channels per runs unit: at most this many, and few enough to make at least kMinGroupUnits
 // units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
@@ -760,7 +759,7 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
     }
     FinishExactColumns(call, blocks, c0, n, part_totals, sums_scratch + 4 * width + 4 * c0);
   };
-  const BetweenStep finish_step = StepInParts(C, kExactFinishColumns, finish);
+  const BetweenStep finish_step = StepInParts(C, kStepPartChannels, finish);
   if (dx_as_it_sums || call.stage == Stage::kSums) {
     return call.RunUnits(blocks.count, blocks.size * C, sums, finish_step);
   }

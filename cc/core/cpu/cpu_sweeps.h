@@ -14,7 +14,11 @@
 // Why a step in parts: the step between the sweeps (combining the first sweep's partial sums)
 // runs on one thread while the others wait, the same time at any thread count; where it reads
 // many partial sums (the exact family's 2048 channels in 13 blocks: 0.8 MB, 50-75 µs of adding
-// on an Intel Xeon) the threads share it, each part a range of channels.
+// on an Intel Xeon) the threads share it, each part a range of channels. Sharing is not free:
+// on two threads of that Xeon a part took 2.5 times as long as on one, half of the partial sums
+// it reads being in the other core's cache. The fast family's finish (two doubles a column, not
+// four: 20-25 µs of a 430 µs call on 1024 channels in 25 blocks) shared the same way took as
+// long in the core and 1.01-1.04x the time through TensorFlow, so it stays one thread's.
 //
 // Nothing here decides a bit of the result: which thread runs a unit or a part, and when,
 // never changes what it computes; the step's parts are independent of each other and run after
@@ -44,6 +48,11 @@ struct BetweenStep {
 inline BetweenStep SerialStep(std::function<void()> fn) {
   return {1, [fn = std::move(fn)](int64_t) { fn(); }};
 }
+
+// Channels per part of a step that finishes channels in parts (the forward's, the exact
+// family's): a few microseconds of adding, enough parts for the threads on 1024 channels and
+// more.
+constexpr int64_t kStepPartChannels = 256;
 
 // A step over the items [0, total) in parts of `per_part` (the last may be shorter): fn(begin,
 // end) for each part, which must not touch another part's items.
