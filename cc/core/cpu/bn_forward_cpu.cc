@@ -24,6 +24,7 @@
 #include <functional>
 
 #include "cc/core/bn_forward.h"
+#include "cc/core/ceil_div.h"
 #include "cc/core/cpu/call_scratch.h"
 #include "cc/core/cpu/cpu_sweeps.h"
 #include "cc/core/cpu/forward_loops.h"
@@ -58,9 +59,6 @@ constexpr int64_t kShortPlane = 128;
 constexpr int64_t kMaxRunLength = int64_t{1} << 15;
 constexpr int64_t kRunsUnitElements = int64_t{1} << 15;
 constexpr int64_t kMaxRunsPerUnit = 256;
-constexpr int64_t kMinGroupUnits = 16;
-// Calls this small run on the calling thread: a pool dispatch would cost more than the work.
-constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Channels whose moments RunRows combines side by side.
 constexpr int64_t kCombineChannels = 16;
 // The step between the sweeps goes in parts (cpu_sweeps.h): one thread combining 1024-2048
@@ -71,8 +69,6 @@ static_assert(kStepPartChannels % kCombineChannels == 0, "step parts of whole co
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 3;
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 // One call: the inputs, the loops for this CPU, y's coefficients per channel, and the step
 // both schedules share, a channel's outputs from its moments.

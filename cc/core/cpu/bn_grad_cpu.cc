@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/ceil_div.h"
 #include "cc/core/cpu/call_scratch.h"
 #include "cc/core/cpu/cpu_loops.h"
 #include "cc/core/cpu/cpu_sweeps.h"
@@ -72,7 +73,6 @@ static_assert(kStepPartChannels % kColumnVector == 0, "step parts of whole colum
 // Channels per runs unit: at most this many, and few enough to make at least kMinGroupUnits
 // units where the channels allow it.
 constexpr int64_t kMaxGroupChannels = 64;
-constexpr int64_t kMinGroupUnits = 16;
 // Inference's runs units read each element once, so they need not fit the L2: each image's
 // piece of a unit (one run of each of its channels, contiguous) is made at least this long.
 // Read in short pieces the loop waits on memory at every jump from one image to the next (the
@@ -83,13 +83,9 @@ constexpr int64_t kMinGroupUnits = 16;
 constexpr int64_t kInferencePieceBytes = int64_t{64} << 10;
 constexpr int64_t kMaxInferenceGroupChannels = 512;
 static_assert(kMaxGroupChannels <= kMaxInferenceGroupChannels, "one sums array holds either");
-// Calls this small run on the calling thread: a pool dispatch would cost more than the work.
-constexpr int64_t kInlineElements = int64_t{1} << 15;
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 4;
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int64_t RoundUp(int64_t a, int64_t b) { return CeilDiv(a, b) * b; }
 
 // [0, length) cut into pieces of `size` items (`align` divides every piece but the last).
 // Tapered, about the last quarter of the items go in pieces a quarter that size: threads that

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/ceil_div.h"
 #include "cc/core/cpu/streaming_stores.h"
 
 namespace fbn {
@@ -50,9 +51,7 @@ constexpr int64_t kExactRunChannels = 32;
 // Columns of one vector of the exact rows loops: their per-column arrays (ExactColumns) hold
 // whole vectors, RowsPitch(width) entries.
 constexpr int64_t kColumnVector = 16;
-constexpr int64_t RowsPitch(int64_t width) {
-  return (width + kColumnVector - 1) / kColumnVector * kColumnVector;
-}
+constexpr int64_t RowsPitch(int64_t width) { return RoundUp(width, kColumnVector); }
 
 // A double sum with a running error term (compensated summation with Knuth's TwoSum): the
 // result is within about 2^-53 of |sum| plus n·2^-106 · Σ|term| of the exact sum.

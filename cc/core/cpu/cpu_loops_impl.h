@@ -202,7 +202,7 @@ FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
 // so that memory is read as kFastGroup long sequential streams; a column's terms from the
 // stripes are added as a tree in registers (depth 3: within the fast family's error bound),
 // then into its double sums. The last stripe may be shorter.
-FBN_INLINE int64_t StripeRows(int64_t rows) { return (rows + kFastGroup - 1) / kFastGroup; }
+FBN_INLINE int64_t StripeRows(int64_t rows) { return CeilDiv(rows, kFastGroup); }
 
 template <typename T, Dx kDx>
 void SumRowsStriped(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows, int64_t width,

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/ceil_div.h"
 
 namespace fbn {
 
@@ -58,11 +59,19 @@ constexpr int64_t kStepPartChannels = 256;
 // end) for each part, which must not touch another part's items.
 template <typename Fn>
 BetweenStep StepInParts(int64_t total, int64_t per_part, Fn fn) {
-  return {(total + per_part - 1) / per_part, [total, per_part, fn](int64_t p) {
+  return {CeilDiv(total, per_part), [total, per_part, fn](int64_t p) {
             const int64_t begin = p * per_part;
             fn(begin, std::min(total, begin + per_part));
           }};
 }
+
+// Calls of at most this many elements run on the calling thread (SweepPlan::inline_only): a pool
+// dispatch would cost more than the work.
+constexpr int64_t kInlineElements = int64_t{1} << 15;
+
+// Schedules that put whole channels in a unit make at least this many units where the channels
+// allow it, so that threads taking units one at a time end close together.
+constexpr int64_t kMinGroupUnits = 16;
 
 struct SweepPlan {
   int64_t units = 0;

@@ -17,6 +17,7 @@
 #include <initializer_list>
 
 #include "cc/core/bn_grad.h"
+#include "cc/core/ceil_div.h"
 #include "cc/core/gpu/gpu_elements.cuh"
 #include "cc/core/gpu/gpu_lane_sum.cuh"
 
@@ -51,8 +52,6 @@ constexpr int kWideRowsVector = 8;
 template <int V>
 constexpr int kRowsUnroll = V == kWideRowsVector ? kUnroll / 2 : kUnroll;
 
-inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // How a (canonical) shape is cut into blocks; depends on the shape only, not on the GPU.
 struct BlockPlan {
   int64_t row_blocks = 1;      // blocks along R
@@ -68,7 +67,7 @@ struct BlockPlan {
     const int64_t wanted = std::clamp<int64_t>(CeilDiv(rest, target), 1, kMaxRowBlocks);
     rows_per_block = CeilDiv(rest, wanted);
     // Channels first: block boundaries on a multiple of any vector width.
-    if (!s.channels_last) rows_per_block = CeilDiv(rows_per_block, 16) * 16;
+    if (!s.channels_last) rows_per_block = RoundUp(rows_per_block, 16);
     row_blocks = rest == 0 ? 0 : CeilDiv(rest, rows_per_block);
     // Channels first with short channels: several channels per block, as long as each of
     // their threads still has at most 16 elements; otherwise most of a block would idle.
