@@ -342,7 +342,7 @@ void TimeLoops(const Options& o) {
     }
   }
   // The exact family's rows loops (channels of fewer than kFastPathRest elements) on windows of
-  // 128 rows, as bn_grad_cpu.cc cuts wide rows into blocks.
+  // 128 rows, as bn_grad_cpu_exact.cc cuts wide rows into blocks.
   std::vector<double> exact_k(4 * max_columns, 0.5), exact_sums(4 * max_columns);
   const ExactColumns exact_columns{exact_sums.data(), exact_sums.data() + max_columns,
                                    exact_sums.data() + 2 * max_columns,

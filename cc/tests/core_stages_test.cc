@@ -68,7 +68,7 @@ void DxFromSums(const Params& whole, const Inputs<T>& in, const std::vector<doub
   BatchNormGradCpuWithLoops(p, t, pf, loops, rules);
 }
 
-// The shapes of every schedule (bn_grad_cpu.cc), as TestIsaCopiesAgree lists them, and the
+// The shapes of every schedule (bn_grad_cpu_*.cc), as TestIsaCopiesAgree lists them, and the
 // awkward ones of TestCases().
 std::vector<Shape> ScheduleShapes() {
   std::vector<Shape> shapes = {

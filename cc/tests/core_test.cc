@@ -137,7 +137,7 @@ void TestConversions() {
 
 // Every compiled copy of the loops (portable, AVX2, AVX-512) gives the same bits, so results do
 // not depend on the CPU either: whole calls, on shapes that take every schedule and family
-// (cc/core/cpu/bn_grad_cpu.cc), odd sizes for the vector tails, and values whose conversions and
+// (cc/core/cpu/bn_grad_cpu_*.cc), odd sizes for the vector tails, and values whose conversions and
 // arithmetic are special (NaNs with payloads, infinities, subnormals of T). Each copy also runs
 // in place (x_backprop over y_backprop), as the op does when TensorFlow forwards dy's buffer.
 constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
@@ -254,8 +254,8 @@ void TestLateThreadsAgree() {
 }
 
 // Channels whose terms cancel, where the exact family's bounded sums do not stand and the
-// channel is summed again with compensated sums (bn_grad_cpu.cc). In each such channel dy holds
-// +2^50 and -2^50 (over equal x) among small multiples of 2^-10: the exact Σdy, the small
+// channel is summed again with compensated sums (bn_grad_cpu_exact.cc). In each such channel dy
+// holds +2^50 and -2^50 (over equal x) among small multiples of 2^-10: the exact Σdy, the small
 // values' sum, is a float and must be offset_backprop exactly, and scale_backprop within an ulp
 // of the exact Σdy·(x − mean) (in binary128, where these terms add exactly) times 1/std; a
 // plain double sum loses the small terms' low bits to the large ones. Channels last, with few

@@ -270,7 +270,7 @@ void CheckSums(const Case& k, const Inputs<T>& in, const Outputs<T>& fast, const
 }
 
 // Awkward and ordinary shapes in both layouts and modes (C = 1, 3, 7, 129, 2048; S = 1;
-// R = 1; large R; every schedule of bn_grad_cpu.cc), plus random shapes, some with a large x
+// R = 1; large R; every schedule of bn_grad_cpu_*.cc), plus random shapes, some with a large x
 // mean.
 inline std::vector<Case> TestCases() {
   const std::vector<Shape> shapes = {

@@ -12,7 +12,7 @@
 namespace fbn {
 
 enum ScratchSlot {
-  // The gradient (bn_grad_cpu.cc).
+  // The gradient (bn_grad_cpu_*.cc).
   kPartialsSlot,
   kInvStdSlot,
   kChannelSlot,

@@ -7,7 +7,7 @@
 // operations in the same order, no contraction into FMA), so every copy gives the same bits
 // and the choice only changes the speed.
 //
-// The kernels (bn_grad_cpu.cc) see a tensor in one of two ways:
+// The kernels (bn_grad_cpu_*.cc) see a tensor in one of two ways:
 //   rows  a row-major matrix whose columns each belong to one channel: channels last [R, C]
 //         (several short rows may be folded into one), or channels first [N, C * S] with short
 //         planes. Per-column arrays hold the mean, the coefficients and the sums.
@@ -229,7 +229,7 @@ const CpuLoops<T>* Loops();
 
 // BatchNormGradCpu (bn_grad.h) with the given copy of the loops and memory rules (x_backprop
 // streamed where x, y_backprop and x_backprop together take more than the rule's footprint and
-// the call's other conditions hold: Call::StreamDx, bn_grad_cpu.cc), so tests can compare
+// the call's other conditions hold: Call::StreamDx, bn_grad_cpu_call.h), so tests can compare
 // copies, both kinds of store and both row orders.
 template <typename T>
 void BatchNormGradCpuWithLoops(const Params& params, const Tensors<T>& t,

@@ -710,7 +710,7 @@ FBN_INLINE Doubles LoadWidenedParts(const T* p, int n) {
 // apart competing for the L1's sets. Measured on an Intel Xeon (2026-12-02, float32, both
 // orders alternated in one process): 4x4 planes 0.70-0.79x the time at one and two threads,
 // 5x5 0.91-1.02x, 6x6 0.90-0.96x, 7x7 0.92-1.00x (planes shorter than a vector go through the
-// rows loops instead: RunExactPlanes, bn_grad_cpu.cc). Either order adds each lane's terms in
+// rows loops instead: RunExactPlanes, bn_grad_cpu_exact.cc). Either order adds each lane's terms in
 // the same order: the same bits.
 constexpr int64_t kExactRunImages = 4;
 constexpr int64_t kExactRunsSideBySideBelowBytes = 256;

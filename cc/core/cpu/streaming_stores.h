@@ -19,13 +19,13 @@ constexpr int64_t kUnknownCacheBytes = int64_t{16} << 20;
 int64_t SecondLevelCacheBytes();
 
 // A unit of work whose x and y_backprop take at most this many bytes is meant to stay in a
-// core's L2 between its reads (about half of a 1-2 MiB L2; bn_grad_cpu.cc's fused units and
+// core's L2 between its reads (about half of a 1-2 MiB L2; the fused units of bn_grad_cpu_*.cc and
 // the exact family's strips).
 constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
 
 // A call streams x_backprop once x, y_backprop and x_backprop together take more than this
 // many bytes (and its stores fill whole lines, and x_backprop is not y_backprop's buffer: see
-// bn_grad_cpu.cc): kStreamingBytes, or the last-level cache where it is smaller. Beyond the
+// bn_grad_cpu_call.h): kStreamingBytes, or the last-level cache where it is smaller. Beyond the
 // private caches an ordinary store first reads its line from the L3 or DRAM and later evicts
 // x or y_backprop to make room. Measured through TensorFlow, where a call's x_backprop is a
 // recycled buffer, streaming from 12 MiB was the faster rule on an Intel Xeon and on an AMD
@@ -100,7 +100,7 @@ int64_t ForwardStreamingFootprintBytes();
 // gradient's x_backprop, in float, gains less and lost where the call's bytes passed the
 // cache.) exact_strips: the gradient's exact family (channels last, training) may read strips
 // of columns, each element once at a stride, rather than blocks of rows twice in order
-// (bn_grad_cpu.cc, RunExactStrips). Strips pay where a strip stays in the core's L2 and the
+// (bn_grad_cpu_exact.cc, RunExactStrips). Strips pay where a strip stays in the core's L2 and the
 // L3 is a core complex's: on a Zen 5 (1 MiB L2) strips took 0.79-1.03x the blocks' time; on a
 // Zen 3 (512 KiB L2) 0.86-1.58x (about 1.2 in the median), and strips cut to fit that L2 up
 // to 2.6x; beside an Intel Xeon's socket-wide L3 (2 MiB L2) 1.1-1.7x (core_bench

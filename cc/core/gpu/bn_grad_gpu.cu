@@ -15,7 +15,7 @@
 // (gpu_lane_sum.cuh), so the result is bit-identical run to run; no floating-point atomics.
 // The cut into blocks depends on the shape only, not on the GPU.
 //
-// The math is the CPU kernels' (bn_grad_cpu.cc): terms and sums in double, dx evaluated in
+// The math is the CPU kernels' (bn_grad_cpu_*.cc): terms and sums in double, dx evaluated in
 // double and rounded once to T. FP64 costs little next to the memory traffic of these
 // bandwidth-bound sweeps, and it makes the results as exact as the inputs allow on every GPU.
 //
