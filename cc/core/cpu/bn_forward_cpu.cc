@@ -69,7 +69,6 @@ static_assert(kStepPartChannels % kCombineChannels == 0, "step parts of whole co
 // Rough cycles per element, for the pool's cost model.
 constexpr int64_t kCyclesPerElement = 3;
 
-
 // One call: the inputs, the loops for this CPU, y's coefficients per channel, and the step
 // both schedules share, a channel's outputs from its moments.
 template <typename T>

@@ -69,19 +69,6 @@ inline Pieces Groups(int64_t channels, int64_t per_group) {
   return Pieces(channels, per_group, 1, /*taper=*/false);
 }
 
-// Calls fn(offset, length) for each contiguous run of channel c's elements [begin, end),
-// counted in (n, spatial) order, in a channels-first tensor.
-template <typename Fn>
-void ForEachRun(const Shape& s, int64_t c, int64_t begin, int64_t end, Fn&& fn) {
-  int64_t n = begin / s.spatial;
-  int64_t i = begin % s.spatial;
-  for (int64_t e = begin; e < end; ++n, i = 0) {
-    const int64_t length = std::min(s.spatial - i, end - e);
-    fn((n * s.channels + c) * s.spatial + i, length);
-    e += length;
-  }
-}
-
 // Per-column copies of per-channel values (rows and planes schedules).
 template <typename F>
 struct Columns {

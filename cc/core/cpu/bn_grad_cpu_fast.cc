@@ -239,6 +239,19 @@ void RunPlanes(const Call<T, float>& call) {
 
 // ---- runs: channels first, fast family.
 
+// Calls fn(offset, length) for each contiguous run of channel c's elements [begin, end),
+// counted in (n, spatial) order, in a channels-first tensor.
+template <typename Fn>
+void ForEachRun(const Shape& s, int64_t c, int64_t begin, int64_t end, Fn&& fn) {
+  int64_t n = begin / s.spatial;
+  int64_t i = begin % s.spatial;
+  for (int64_t e = begin; e < end; ++n, i = 0) {
+    const int64_t length = std::min(s.spatial - i, end - e);
+    fn((n * s.channels + c) * s.spatial + i, length);
+    e += length;
+  }
+}
+
 // Groups of whole channels whose x and y_backprop fit a fused unit (kFusedUnitBytes), at least
 // kMinGroupUnits of them where the channels allow it.
 Pieces FusedRunsGroups(const Shape& s, int64_t element_bytes) {
