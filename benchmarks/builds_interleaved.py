@@ -15,7 +15,10 @@ library can be timed against itself with a setting changed:
 
 Cases are SHAPE:FORMAT:MODE with the shape channels-last (NxHxWxC), FORMAT NHWC or NCHW, MODE
 T (training) or I (inference). Prints each build's median over its processes, in µs, and its
-ratio to the first build's.
+ratio to the first build's. With --chain N each timed call is N calls in a row, each fed the one
+before's x_backprop as its y_backprop, and the time is per call: a call then reads its input
+from wherever the call before left it, as a network's next layer does (tf_kernels_interleaved.py
+says why that can disagree with repeated calls on one input).
 """
 
 import argparse
@@ -27,7 +30,8 @@ import sys
 import time
 
 
-def time_one_build(library: str, threads: int, cases: list[str]) -> dict[str, float]:
+def time_one_build(library: str, threads: int, chain: int,
+                   cases: list[str]) -> dict[str, float]:
     """In this process: every case's median per-call time with the library at `library`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np  # noqa: PLC0415
@@ -51,7 +55,11 @@ def time_one_build(library: str, threads: int, cases: list[str]) -> dict[str, fl
                       reserve_space_3=tf.zeros([0]))
 
         def call():  # eager CPU ops run before they return; no copy out to numpy in the time
-            return op(**inputs, epsilon=1e-3, data_format=data_format, is_training=mode == "T")
+            fed = dict(inputs)
+            for _ in range(chain):
+                fed["y_backprop"] = op(**fed, epsilon=1e-3, data_format=data_format,
+                                       is_training=mode == "T")[0]
+            return fed["y_backprop"]
 
         for _ in range(3):
             call()
@@ -66,7 +74,7 @@ def time_one_build(library: str, threads: int, cases: list[str]) -> dict[str, fl
                 call()
                 samples.append(time.perf_counter() - start)
             rounds.append(statistics.median(samples))
-        times[case] = statistics.median(rounds) * 1e6
+        times[case] = statistics.median(rounds) * 1e6 / chain
     return times
 
 
@@ -75,6 +83,8 @@ def main() -> None:
     parser.add_argument("items", nargs="+", help="LABEL=LIBRARY ... then cases")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5, help="processes per build")
+    parser.add_argument("--chain", type=int, default=1,
+                        help="calls per timed call, each fed the one before's x_backprop")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     builds = dict(item.split("=", 1) for item in args.items if "=" in item)
@@ -84,19 +94,23 @@ def main() -> None:
         library, *assignments = spec.split(",")
         builds[label] = library
         settings[label] = dict(a.split("=", 1) for a in assignments)
+    if args.chain < 1:
+        parser.error("--chain takes a count of 1 or more")
     if args.child:
-        print(json.dumps(time_one_build(args.child, args.threads, cases)))
+        print(json.dumps(time_one_build(args.child, args.threads, args.chain, cases)))
         return
     runs: dict[str, list[dict]] = {label: [] for label in builds}
     for _ in range(args.repeats):
         for label, library in builds.items():
-            out = subprocess.run([sys.executable, __file__, "--child", library, "--threads",
-                                  str(args.threads), *cases], capture_output=True, text=True,
-                                 check=True, timeout=600, env={**os.environ, **settings[label]})
+            command = [sys.executable, __file__, "--child", library, "--threads",
+                       str(args.threads), "--chain", str(args.chain), *cases]
+            out = subprocess.run(command, capture_output=True, text=True, check=True,
+                                 timeout=600, env={**os.environ, **settings[label]})
             runs[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
     labels = list(builds)
-    print(f"{args.threads} thread(s), {args.repeats} processes per build; µs (ratio to "
-          f"{labels[0]})")
+    chained = f", chains of {args.chain} calls, per call" if args.chain > 1 else ""
+    print(f"{args.threads} thread(s), {args.repeats} processes per build{chained}; µs (ratio "
+          f"to {labels[0]})")
     print(f"{'case':24s} " + " ".join(f"{label:>16s}" for label in labels))
     for case in cases:
         medians = [statistics.median(r[case] for r in runs[label]) for label in labels]

@@ -590,8 +590,11 @@ void TestLastLevelCacheIsSysfs() {
   testing::Check(LastLevelCacheIsSocketWide() == socket_wide,
                  "a last-level cache above 64 MiB is a socket's");
   if (std::getenv("TF_FBN_OPS_STREAMING_MIB") == nullptr) {
-    testing::Check(StreamingFootprintBytes() == std::min(kStreamingBytes, LastLevelCacheBytes()),
-                   "x_backprop streams from 12 MiB or the last-level cache, whichever is less");
+    testing::Check(StreamingFootprintBytes() ==
+                       (socket_wide ? kSocketWideStreamingBytes
+                                    : std::min(kStreamingBytes, LastLevelCacheBytes())),
+                   "x_backprop streams from 64 MiB beside a socket's last-level cache, else "
+                   "from 12 MiB or the last-level cache, whichever is less");
     testing::Check(ParallelStreamingFootprintBytes() == LastLevelCacheBytes() / 4 * 3,
                    "on several threads the forward's y streams from 3/4 of the last-level cache");
     testing::Check(ForwardStreamingFootprintBytes() == (socket_wide

@@ -111,7 +111,9 @@ int64_t LastLevelCacheBytes() {
 
 int64_t StreamingFootprintBytes() {
   static const int64_t bytes =
-      StreamingBytesOr(std::min(kStreamingBytes, LastLevelCacheBytes()));
+      StreamingBytesOr(LastLevelCacheIsSocketWide()
+                           ? kSocketWideStreamingBytes
+                           : std::min(kStreamingBytes, LastLevelCacheBytes()));
   return bytes;
 }
 

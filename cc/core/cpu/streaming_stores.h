@@ -25,14 +25,20 @@ constexpr int64_t kFusedUnitBytes = int64_t{1} << 20;
 
 // A call streams x_backprop once x, y_backprop and x_backprop together take more than this
 // many bytes (and its stores fill whole lines, and x_backprop is not y_backprop's buffer: see
-// bn_grad_cpu_call.h): kStreamingBytes, or the last-level cache where it is smaller. Beyond the
-// private caches an ordinary store first reads its line from the L3 or DRAM and later evicts
-// x or y_backprop to make room. Measured through TensorFlow, where a call's x_backprop is a
-// recycled buffer, streaming from 12 MiB was the faster rule on an Intel Xeon and on an AMD
-// EPYC whose core complex shares a 32 MiB L3 (docs/performance.md): one rule for every CPU.
+// bn_grad_cpu_call.h). Beyond the private caches an ordinary store first reads its line from
+// the L3 or DRAM and later evicts x or y_backprop to make room; a streamed one leaves
+// x_backprop in DRAM, where the next layer reads it. Beside a core complex's L3 (AMD):
+// kStreamingBytes, or the last-level cache where it is smaller; measured through TensorFlow,
+// where a call's x_backprop is a recycled buffer, 12 MiB was the faster rule on an AMD EPYC
+// whose core complex shares a 32 MiB L3 (docs/performance.md). Beside a socket-wide L3 (Intel):
+// kSocketWideStreamingBytes, chosen on calls fed the call before's x_backprop, as a network's
+// layers are: on an Intel Xeon (480 MiB L3 as its guest sees it) 18-48 MiB of tensors stored
+// took 0.72-1.03x the time of streamed chained, 0.91-1.04x on repeated calls, at one and two
+// threads; at 73.5 MiB stored was up to 1.35x slower on repeated calls, at 147 MiB on both.
 // TF_FBN_OPS_STREAMING_MIB=<MiB> sets the threshold instead (benchmarks; 0 streams always).
 int64_t StreamingFootprintBytes();
 constexpr int64_t kStreamingBytes = int64_t{12} << 20;
+constexpr int64_t kSocketWideStreamingBytes = int64_t{64} << 20;
 
 // Whether an output may go out with non-temporal stores at all: not in place (each of its lines
 // was just read as the input's and is in the cache), and only where it starts a cache line and
