@@ -261,66 +261,73 @@ void TestLateThreadsAgree() {
 // plain double sum loses the small terms' low bits to the large ones. Channels last, with few
 // such channels their vectors of 16 columns are summed again one by one (4x1024x200), with many
 // all at once (kRecomputeAllFraction); channels first, channel by channel. In both modes, on
-// any split of the work, in place, and with every copy of the loops.
+// any split of the work, in place, and with every copy of the loops. With the two large terms
+// over different x only Σdy cancels (Σdy·(x − mean) stands, and only Σdy is summed again).
 void TestExactSumsWhereTermsCancel() {
   const Shape shapes[] = {{8, 40, 100, true}, {8, 40, 100, false}, {5, 37, 7, true},
                           {5, 37, 7, false}, {4, 1024, 200, true}, {4, 1024, 200, false}};
   for (const Shape& shape : shapes) {
     for (bool training : {true, false}) {
       for (int64_t every : {1, 257}) {
-        const Case k{shape, training, 0.25f};
-        Inputs<float> in(k, 5);
-        const Params p = ParamsOf(k);
-        const int64_t C = shape.channels, R = shape.rest();
-        auto at = [&](int64_t c, int64_t e) {
-          return shape.channels_last ? e * C + c
-                                     : ((e / shape.spatial) * C + c) * shape.spatial +
-                                           e % shape.spatial;
-        };
-        std::vector<double> want_dy(C), want_dy_xc(C);
-        for (int64_t c = 0; c < C; c += every) {
-          double sum_dy = 0.0;
-          Binary128 sum_dy_xc = 0;
-          for (int64_t e = 0; e < R; ++e) {
-            float d = std::ldexp(static_cast<float>((e * 7 + c * 3) % 2001 - 1000), -10);
-            if (e == R / 3 || e == 2 * R / 3) d = e == R / 3 ? 0x1p50f : -0x1p50f;
-            if (e == 2 * R / 3) in.x[at(c, e)] = in.x[at(c, R / 3)];
-            in.dy[at(c, e)] = d;
-            if (e != R / 3 && e != 2 * R / 3) sum_dy += d;  // small integers · 2^-10: exact
-            const double xc = static_cast<double>(in.x[at(c, e)]) - in.mean[c];
-            sum_dy_xc += static_cast<Binary128>(d) * static_cast<Binary128>(xc);
+        for (bool products_cancel : {true, false}) {
+          const Case k{shape, training, 0.25f};
+          Inputs<float> in(k, 5);
+          const Params p = ParamsOf(k);
+          const int64_t C = shape.channels, R = shape.rest();
+          auto at = [&](int64_t c, int64_t e) {
+            return shape.channels_last ? e * C + c
+                                       : ((e / shape.spatial) * C + c) * shape.spatial +
+                                             e % shape.spatial;
+          };
+          std::vector<double> want_dy(C), want_dy_xc(C);
+          for (int64_t c = 0; c < C; c += every) {
+            double sum_dy = 0.0;
+            Binary128 sum_dy_xc = 0;
+            for (int64_t e = 0; e < R; ++e) {
+              float d = std::ldexp(static_cast<float>((e * 7 + c * 3) % 2001 - 1000), -10);
+              if (e == R / 3 || e == 2 * R / 3) d = e == R / 3 ? 0x1p50f : -0x1p50f;
+              if (e == 2 * R / 3 && products_cancel) in.x[at(c, e)] = in.x[at(c, R / 3)];
+              in.dy[at(c, e)] = d;
+              if (e != R / 3 && e != 2 * R / 3) sum_dy += d;  // small integers · 2^-10: exact
+              const double xc = static_cast<double>(in.x[at(c, e)]) - in.mean[c];
+              sum_dy_xc += static_cast<Binary128>(d) * static_cast<Binary128>(xc);
+            }
+            want_dy[c] = sum_dy;
+            want_dy_xc[c] = static_cast<double>(sum_dy_xc);
           }
-          want_dy[c] = sum_dy;
-          want_dy_xc[c] = static_cast<double>(sum_dy_xc);
-        }
-        const std::string name = Describe(k, "float") + (every == 1 ? ", every channel" : ", a few channels");
-        Outputs<float> serial(shape);
-        BatchNormGradCpu(p, serial.Bind(in), SerialFor());
-        bool dy_exact = true, dy_xc_close = true;
-        for (int64_t c = 0; c < C; c += every) {
-          dy_exact &= serial.doffset[c] == static_cast<float>(want_dy[c]);
-          const double inv_std = 1.0 / std::sqrt(static_cast<double>(in.variance[c]) + p.epsilon);
-          const double want = want_dy_xc[c] * inv_std;
-          dy_xc_close &= std::fabs(serial.dscale[c] - want) <=
-                         std::ldexp(1.0, std::ilogb(want) - 23) + 1e-300;
-        }
-        Check(dy_exact, name + ": cancelling channels' offset_backprop is the exact sum");
-        Check(dy_xc_close, name + ": cancelling channels' scale_backprop within an ulp");
-        for (int threads : {2, 4}) {
-          Outputs<float> again(shape);
-          BatchNormGradCpu(p, again.Bind(in), ThreadedFor(threads, 64));
-          Check(again.BitEqual(serial), name + ": bits differ with " + std::to_string(threads) + " threads");
-        }
-        // In place the channels summed again must still read y_backprop, not x_backprop.
-        Outputs<float> in_place(shape);
-        BatchNormGradCpu(p, in_place.BindInPlace(in), ThreadedFor(2, 64));
-        Check(in_place.BitEqual(serial), name + ": in place (x_backprop over y_backprop) differs");
-        for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-          if (isa > DetectedCpuIsa()) continue;
-          Outputs<float> copy(shape);
-          BatchNormGradCpuWithLoops(p, copy.Bind(in), SerialFor(), LoopsFor<float>(isa),
-                                    kNeverStream);
-          Check(copy.BitEqual(serial), name + ": the " + CpuIsaName(isa) + " copy differs");
+          const std::string name = Describe(k, "float") +
+                                   (every == 1 ? ", every channel" : ", a few channels") +
+                                   (products_cancel ? "" : ", only Σdy cancelling");
+          Outputs<float> serial(shape);
+          BatchNormGradCpu(p, serial.Bind(in), SerialFor());
+          bool dy_exact = true, dy_xc_close = true;
+          for (int64_t c = 0; c < C; c += every) {
+            dy_exact &= serial.doffset[c] == static_cast<float>(want_dy[c]);
+            const double inv_std = 1.0 / std::sqrt(static_cast<double>(in.variance[c]) + p.epsilon);
+            const double want = want_dy_xc[c] * inv_std;
+            dy_xc_close &= std::fabs(serial.dscale[c] - want) <=
+                           std::ldexp(1.0, std::ilogb(want) - 23) + 1e-300;
+          }
+          Check(dy_exact, name + ": cancelling channels' offset_backprop is the exact sum");
+          Check(dy_xc_close, name + ": cancelling channels' scale_backprop within an ulp");
+          for (int threads : {2, 4}) {
+            Outputs<float> again(shape);
+            BatchNormGradCpu(p, again.Bind(in), ThreadedFor(threads, 64));
+            Check(again.BitEqual(serial),
+                  name + ": bits differ with " + std::to_string(threads) + " threads");
+          }
+          // In place the channels summed again must still read y_backprop, not x_backprop.
+          Outputs<float> in_place(shape);
+          BatchNormGradCpu(p, in_place.BindInPlace(in), ThreadedFor(2, 64));
+          Check(in_place.BitEqual(serial),
+                name + ": in place (x_backprop over y_backprop) differs");
+          for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+            if (isa > DetectedCpuIsa()) continue;
+            Outputs<float> copy(shape);
+            BatchNormGradCpuWithLoops(p, copy.Bind(in), SerialFor(), LoopsFor<float>(isa),
+                                      kNeverStream);
+            Check(copy.BitEqual(serial), name + ": the " + CpuIsaName(isa) + " copy differs");
+          }
         }
       }
     }

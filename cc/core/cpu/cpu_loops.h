@@ -35,9 +35,9 @@ namespace fbn {
 //          double, x_backprop evaluated in double and rounded once to T. The terms are first
 //          added plainly, Σ|term| beside each sum (bounded sums); where that bounds the sum's
 //          error below 2^-26 of the sum (BoundedSumStands: all but sums that cancel to about
-//          10^-5 of their terms), the sum stands; elsewhere the channel is summed again
-//          with a running error term (compensated summation), so no summation order can be
-//          more accurate, even where large terms cancel.
+//          10^-5 of their terms), the sum stands; elsewhere that sum is summed again with
+//          a running error term (compensated summation), so no summation order can be more
+//          accurate, even where large terms cancel.
 constexpr int64_t kFastPathRest = 1024;
 constexpr int64_t kFastGroup = 8;
 // The fast rows sums add a column's rows in order, kFastGroup at a time, for rows of at most
@@ -154,6 +154,9 @@ struct CpuLoops {
   // `sums` holds RowsPitch(width) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const ExactColumns& sums);
+  // Its Σ dy alone, bit for bit, in sums.dy and sums.dy_aux (x unread, the others untouched).
+  void (*exact_sum_dy_rows)(const T* dy, int64_t stride, int64_t rows, int64_t width,
+                            const ExactColumns& sums);
   // `count` runs of each of `channels` (at most kExactRunChannels) consecutive channels, run k
   // of channel c at element c * length + k * stride: for each channel, element i of a run
   // summed in lane i % kRunLanes, the lanes then added as a tree (lane i + 8 into i, then

@@ -820,7 +820,8 @@ static_assert(kLanes == kColumnVector, "a rows loop's vector is its callers' col
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
 // accumulators at `s` + j, which stay in registers across the rows, kExactPassParts parts at a
 // time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy · a, in double, rounded once.
-template <typename Policy, typename T, Dx kDx, bool kWhole>
+// Without kProducts only Σ dy, x unread: its accumulators see the same additions either way.
+template <typename Policy, typename T, Dx kDx, bool kWhole, bool kProducts = true>
 FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                                    int64_t r1, int64_t j, int n, const Doubles& m,
                                    const Doubles& a, const ExactColumns& s) {
@@ -832,17 +833,21 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
       const int64_t at = j + (p0 + i) * kDoublePartLanes;
       sum_dy[i] = LoadBytes<DoublePart>(s.dy + at);
       aux_dy[i] = LoadBytes<DoublePart>(s.dy_aux + at);
-      sum_dy_xc[i] = LoadBytes<DoublePart>(s.dy_xc + at);
-      aux_dy_xc[i] = LoadBytes<DoublePart>(s.dy_xc_aux + at);
+      if constexpr (kProducts) {
+        sum_dy_xc[i] = LoadBytes<DoublePart>(s.dy_xc + at);
+        aux_dy_xc[i] = LoadBytes<DoublePart>(s.dy_xc_aux + at);
+      }
     }
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t at = r * stride + j;
       DoublePart d[kExactPassParts];
       for (int i = 0; i < kExactPassParts; ++i) {
         d[i] = LoadPartAsDoubles<T, kWhole>(dy + at, p0 + i, n);
-        const DoublePart v = LoadPartAsDoubles<T, kWhole>(x + at, p0 + i, n);
         Policy::Add(&sum_dy[i], &aux_dy[i], d[i]);
-        Policy::Add(&sum_dy_xc[i], &aux_dy_xc[i], d[i] * (v - m.part[p0 + i]));
+        if constexpr (kProducts) {
+          const DoublePart v = LoadPartAsDoubles<T, kWhole>(x + at, p0 + i, n);
+          Policy::Add(&sum_dy_xc[i], &aux_dy_xc[i], d[i] * (v - m.part[p0 + i]));
+        }
       }
       if constexpr (kDx != Dx::kNone) {
         Doubles whole;
@@ -854,8 +859,10 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
       const int64_t at = j + (p0 + i) * kDoublePartLanes;
       StoreBytes(s.dy + at, sum_dy[i]);
       StoreBytes(s.dy_aux + at, aux_dy[i]);
-      StoreBytes(s.dy_xc + at, sum_dy_xc[i]);
-      StoreBytes(s.dy_xc_aux + at, aux_dy_xc[i]);
+      if constexpr (kProducts) {
+        StoreBytes(s.dy_xc + at, sum_dy_xc[i]);
+        StoreBytes(s.dy_xc_aux + at, aux_dy_xc[i]);
+      }
     }
   }
 }
@@ -880,8 +887,8 @@ constexpr int64_t kExactRowGroup = 4;
 #endif
 
 // Inference (kDx) also writes x_backprop as it sums: the element is in registers, in double,
-// already.
-template <typename Policy, typename T, Dx kDx>
+// already. Without kProducts only Σ dy (x and mean unread, the dy_xc arrays untouched).
+template <typename Policy, typename T, Dx kDx, bool kProducts = true>
 void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const double* mean, const double* scale_inv_std,
                       const ExactColumns& s) {
@@ -892,20 +899,26 @@ void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
       const int n = static_cast<int>(std::min<int64_t>(kLanes, width - j));
       Doubles a;
       if constexpr (kDx != Dx::kNone) a = LoadDoublesUpTo(scale_inv_std + j, n);
-      const Doubles m = LoadDoublesUpTo(mean + j, n);
+      Doubles m{};
+      if constexpr (kProducts) m = LoadDoublesUpTo(mean + j, n);
       if (n == kLanes) {
-        ExactSumRowsVector<Policy, T, kDx, true>(dy, x, dx, stride, r0, r1, j, n, m, a, s);
+        ExactSumRowsVector<Policy, T, kDx, true, kProducts>(dy, x, dx, stride, r0, r1, j, n, m,
+                                                            a, s);
       } else {
-        ExactSumRowsVector<Policy, T, kDx, false>(dy, x, dx, stride, r0, r1, j, n, m, a, s);
+        ExactSumRowsVector<Policy, T, kDx, false, kProducts>(dy, x, dx, stride, r0, r1, j, n, m,
+                                                             a, s);
       }
     }
   }
   for (int64_t j = 0; j < width; j += kLanes) {  // the arrays hold whole vectors
-    Doubles aux_dy = LoadDoubles(s.dy_aux + j), aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
+    Doubles aux_dy = LoadDoubles(s.dy_aux + j);
     Policy::Finish(LoadDoubles(s.dy + j), &aux_dy);
-    Policy::Finish(LoadDoubles(s.dy_xc + j), &aux_dy_xc);
     StoreDoubles(s.dy_aux + j, aux_dy);
-    StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
+    if constexpr (kProducts) {
+      Doubles aux_dy_xc = LoadDoubles(s.dy_xc_aux + j);
+      Policy::Finish(LoadDoubles(s.dy_xc + j), &aux_dy_xc);
+      StoreDoubles(s.dy_xc_aux + j, aux_dy_xc);
+    }
   }
 }
 
@@ -913,6 +926,13 @@ template <typename Policy, typename T>
 void ExactSumRows(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                   const double* mean, const ExactColumns& s) {
   ExactSumRowsImpl<Policy, T, Dx::kNone>(dy, x, nullptr, stride, rows, width, mean, nullptr, s);
+}
+
+template <typename T>
+void ExactSumDyRows(const T* dy, int64_t stride, int64_t rows, int64_t width,
+                    const ExactColumns& s) {
+  ExactSumRowsImpl<Compensated, T, Dx::kNone, false>(dy, nullptr, nullptr, stride, rows, width,
+                                                     nullptr, nullptr, s);
 }
 
 // x_backprop by groups (RowOrder::kByGroups): kExactDxGroup rows at a time across register tiles
@@ -1140,7 +1160,7 @@ const CpuLoops<T>* Loops() {
   static const CpuLoops<T> loops = {
       SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
-      ExactSumRows<Compensated, T>, ExactSumRuns<Compensated, T>,
+      ExactSumRows<Compensated, T>, ExactSumDyRows<T>, ExactSumRuns<Compensated, T>,
       ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
       ExactBoundedSumRunsInference<T>, ExactBoundedSumPlanes<T>, ExactDxRows<T>,
       ExactDxRuns<T>};
