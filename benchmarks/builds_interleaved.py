@@ -18,9 +18,10 @@ Cases are SHAPE:FORMAT:MODE with the shape channels-last (NxHxWxC), FORMAT NHWC 
 T (training) or I (inference). Prints each build's median over its processes, in µs, and its
 ratio to the first build's. With --chain N each timed call is N calls in a row, each fed the one
 before's output (the gradient's x_backprop as its y_backprop, the forward's y as its x), and the
-time is per call: a call then reads its input
-from wherever the call before left it, as a network's next layer does (tf_kernels_interleaved.py
-says why that can disagree with repeated calls on one input).
+time is per call: a call then reads its input from wherever the call before left it, as a
+network's next layer does (tf_kernels_interleaved.py says why that can disagree with repeated
+calls on one input). With --centred the gradient's y_backprop is centred per channel, so that
+its sums cancel (as a 1x1 convolution's gradient of a batch norm's x_backprop nearly does).
 """
 
 import argparse
@@ -32,7 +33,7 @@ import sys
 import time
 
 
-def time_one_build(library: str, op_name: str, threads: int, chain: int,
+def time_one_build(library: str, op_name: str, threads: int, chain: int, centred: bool,
                    cases: list[str]) -> dict[str, float]:
     """In this process: every case's median per-call time with the library at `library`."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -59,9 +60,13 @@ def time_one_build(library: str, op_name: str, threads: int, chain: int,
         if forward:
             inputs = dict(x=x, scale=scale, offset=mean, mean=mean, variance=variance)
         else:
-            inputs = dict(y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
-                          x=x, scale=scale, reserve_space_1=mean, reserve_space_2=variance,
-                          reserve_space_3=tf.zeros([0]))
+            dy = rng.standard_normal(shape, dtype=np.float32)
+            if centred:  # each channel's Σ y_backprop about zero
+                channel_axis = len(shape) - 1 if data_format == "NHWC" else 1
+                axes = tuple(a for a in range(len(shape)) if a != channel_axis)
+                dy = (dy - dy.mean(axis=axes, keepdims=True)).astype(np.float32)
+            inputs = dict(y_backprop=tf.constant(dy), x=x, scale=scale, reserve_space_1=mean,
+                          reserve_space_2=variance, reserve_space_3=tf.zeros([0]))
 
         def call():  # eager CPU ops run before they return; no copy out to numpy in the time
             fed = dict(inputs)
@@ -93,6 +98,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=5, help="processes per build")
     parser.add_argument("--op", choices=("gradient", "forward"), default="gradient")
+    parser.add_argument("--centred", action="store_true",
+                        help="the gradient's y_backprop centred per channel (its sums cancel)")
     parser.add_argument("--chain", type=int, default=1,
                         help="calls per timed call, each fed the one before's output")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -107,13 +114,15 @@ def main() -> None:
     if args.chain < 1:
         parser.error("--chain takes a count of 1 or more")
     if args.child:
-        print(json.dumps(time_one_build(args.child, args.op, args.threads, args.chain, cases)))
+        print(json.dumps(time_one_build(args.child, args.op, args.threads, args.chain,
+                                        args.centred, cases)))
         return
     runs: dict[str, list[dict]] = {label: [] for label in builds}
     for _ in range(args.repeats):
         for label, library in builds.items():
             command = [sys.executable, __file__, "--child", library, "--op", args.op,
-                       "--threads", str(args.threads), "--chain", str(args.chain), *cases]
+                       "--threads", str(args.threads), "--chain", str(args.chain),
+                       *(["--centred"] if args.centred else []), *cases]
             out = subprocess.run(command, capture_output=True, text=True, check=True,
                                  timeout=600, env={**os.environ, **settings[label]})
             runs[label].append(json.loads(out.stdout.strip().splitlines()[-1]))
