@@ -68,7 +68,8 @@ void CompensatedColumns(const Call<T, double>& call, const Pieces& blocks, int64
   const int64_t C = call.s.channels;
   const ExactColumns columns = ColumnsAt(scratch, RowsPitch(n));
   for (int64_t b = 0; b < blocks.count; ++b) {
-    std::fill(scratch, scratch + 4 * RowsPitch(n), 0.0);
+    // ColumnsAt lays out dy and dy_aux first: the arrays Σ dy alone uses.
+    std::fill(scratch, scratch + (products ? 4 : 2) * RowsPitch(n), 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
     if (products) {
       call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C, rows, n,
@@ -78,7 +79,7 @@ void CompensatedColumns(const Call<T, double>& call, const Pieces& blocks, int64
     }
     for (int64_t c = 0; c < n; ++c) {
       pairs[2 * c].AddPart(columns.dy[c], columns.dy_aux[c]);
-      pairs[2 * c + 1].AddPart(columns.dy_xc[c], columns.dy_xc_aux[c]);
+      if (products) pairs[2 * c + 1].AddPart(columns.dy_xc[c], columns.dy_xc_aux[c]);
     }
   }
 }
