@@ -15,10 +15,16 @@ namespace grad_cpu {
 namespace {
 
 // Exact rows blocks have at least this many rows, so that their partial sums (four doubles
-// per column) stay small next to the block's own data.
+// per column) stay small next to the block's own data, and are at most kExactMaxBlocks before
+// the taper (four, the fewest it tapers: Pieces). The finish reads every block's sums back:
+// 16x7x7x2048's thirteen blocks (784 rows, 128 a block, tapered) spent 9 % of an inference call
+// there at two threads of an Intel Xeon; seven took 0.92-0.97x the time at one thread and
+// 0.85-0.96x at two on 576-784 rows of 512-2048 channels (2026-12-02, make cores-interleaved,
+// 25 rounds; 8x8x8x1024, whose blocks stay, 0.97-1.00x).
 constexpr int64_t kExactMinBlockRows = 128;
-// The exact rows' finish goes in parts (cpu_sweeps.h): 2048 channels in 8 parts, 0.1 MB of
-// block sums each on 16x7x7x2048.
+constexpr int64_t kExactMaxBlocks = 4;
+// The exact rows' finish goes in parts (cpu_sweeps.h): 2048 channels in 8 parts, 57 KB of
+// block sums each on 16x7x7x2048 (seven blocks).
 static_assert(kStepPartChannels % kColumnVector == 0, "step parts of whole column vectors");
 
 // More than this fraction of the vectors of columns summed again: the compensated sums are
@@ -31,8 +37,10 @@ constexpr int64_t kRecomputeAllFraction = 4;
 // schedule walks the rows (blocks of rows, or strips of columns), so the schedule never
 // decides the bits.
 Pieces ExactRowBlocks(const Shape& s) {
-  return Blocks(s.rest(), std::max(kExactMinBlockRows, kUnitElements / s.channels), 1,
-                /*taper=*/true);
+  return Blocks(s.rest(),
+                std::max({kExactMinBlockRows, kUnitElements / s.channels,
+                          CeilDiv(s.rest(), kExactMaxBlocks)}),
+                1, /*taper=*/true);
 }
 
 // The four arrays of an ExactColumns `pitch` entries apart from `p`.
