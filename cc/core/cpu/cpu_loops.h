@@ -164,6 +164,9 @@ struct CpuLoops {
   void (*exact_sum_runs)(const T* dy, const T* x, const double* mean, int64_t length,
                          int64_t channels, int64_t count, int64_t stride, CompensatedSum* sum_dy,
                          CompensatedSum* sum_dy_xc);
+  // Its Σ dy alone, bit for bit, into sum_dy[c] (x unread).
+  void (*exact_sum_dy_runs)(const T* dy, int64_t length, int64_t channels, int64_t count,
+                            int64_t stride, CompensatedSum* sum_dy);
   // The same two as bounded sums: each sum the compensated sum's first accumulator (the same
   // additions in the same order), with Σ|term| in the auxiliary arrays.
   void (*exact_bounded_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows,

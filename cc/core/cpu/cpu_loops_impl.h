@@ -722,12 +722,14 @@ constexpr int64_t kExactRunsSideBySideBelowBytes = 256;
 // reduced into sums_dy[c] and sums_dy_xc[c]. A run's last, partial vector is added only in the
 // register parts it fills (a 7x7 plane ends in one element): the other lanes would have added
 // zeros, which change no sum. With kDx (inference) also x_backprop = dy · scale_inv_std[c], in
-// double, rounded once, as it sums.
-template <typename Policy, typename T, Dx kDx = Dx::kNone>
+// double, rounded once, as it sums. Without kProducts only Σ dy (x, mean and sums_dy_xc
+// untouched): its lanes see the same additions either way.
+template <typename Policy, typename T, Dx kDx = Dx::kNone, bool kProducts = true>
 void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
                       const double* scale_inv_std, int64_t length, int64_t channels,
                       int64_t count, int64_t stride, typename Policy::Sum* sums_dy,
                       typename Policy::Sum* sums_dy_xc) {
+  static_assert(kProducts || kDx == Dx::kNone, "x_backprop goes with both sums");
   struct Lanes {
     Doubles sum_dy, aux_dy, sum_dy_xc, aux_dy_xc;
   };
@@ -737,7 +739,7 @@ void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
   for (int64_t k0 = 0; k0 < count; k0 += images) {
     const int64_t k1 = std::min(count, k0 + images);
     for (int64_t c = 0; c < channels; ++c) {
-      const Doubles m = BroadcastDoubles(mean[c]);
+      const Doubles m = BroadcastDoubles(kProducts ? mean[c] : 0.0);
       Doubles a;
       if constexpr (kDx != Dx::kNone) a = BroadcastDoubles(scale_inv_std[c]);
       Lanes l = lanes[c];
@@ -750,21 +752,25 @@ void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
           Doubles d, v;
           for (int p = 0; p < kDoubleParts; ++p) {
             d.part[p] = LoadPartAsDoubles<T, true>(d_run + i, p, kLanes);
-            v.part[p] = LoadPartAsDoubles<T, true>(x_run + i, p, kLanes);
+            if constexpr (kProducts) v.part[p] = LoadPartAsDoubles<T, true>(x_run + i, p, kLanes);
           }
           Policy::Add(&l.sum_dy, &l.aux_dy, d);
-          Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (v - m));
+          if constexpr (kProducts) Policy::Add(&l.sum_dy_xc, &l.aux_dy_xc, d * (v - m));
           if constexpr (kDx != Dx::kNone) StoreRounded(dx + at + i, d * a, kLanes, false);
         }
         if (i < length) {
           // Missing lanes of the last vector are zeros (MeanForLanes).
           const int n = static_cast<int>(length - i);
-          const Doubles d = LoadWidenedParts(d_run + i, n), v = LoadWidenedParts(x_run + i, n);
-          const Doubles mn = MeanForLanes(m, mean[c], n);
+          const Doubles d = LoadWidenedParts(d_run + i, n);
+          Doubles v{}, mn{};
+          if constexpr (kProducts) v = LoadWidenedParts(x_run + i, n);
+          if constexpr (kProducts) mn = MeanForLanes(m, mean[c], n);
           for (int p = 0; p < kDoubleParts && p * kDoublePartLanes < n; ++p) {
             Policy::Add(&l.sum_dy.part[p], &l.aux_dy.part[p], d.part[p]);
-            Policy::Add(&l.sum_dy_xc.part[p], &l.aux_dy_xc.part[p],
-                        d.part[p] * (v.part[p] - mn.part[p]));
+            if constexpr (kProducts) {
+              Policy::Add(&l.sum_dy_xc.part[p], &l.aux_dy_xc.part[p],
+                          d.part[p] * (v.part[p] - mn.part[p]));
+            }
           }
           if constexpr (kDx != Dx::kNone) StoreRounded(dx + at + i, d * a, n, false);
         }
@@ -775,9 +781,11 @@ void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
   for (int64_t c = 0; c < channels; ++c) {
     Lanes& l = lanes[c];
     Policy::Finish(l.sum_dy, &l.aux_dy);
-    Policy::Finish(l.sum_dy_xc, &l.aux_dy_xc);
     Policy::Reduce(l.sum_dy, l.aux_dy, &sums_dy[c]);
-    Policy::Reduce(l.sum_dy_xc, l.aux_dy_xc, &sums_dy_xc[c]);
+    if constexpr (kProducts) {
+      Policy::Finish(l.sum_dy_xc, &l.aux_dy_xc);
+      Policy::Reduce(l.sum_dy_xc, l.aux_dy_xc, &sums_dy_xc[c]);
+    }
   }
 }
 
@@ -787,6 +795,14 @@ void ExactSumRuns(const T* dy, const T* x, const double* mean, int64_t length, i
                   typename Policy::Sum* sums_dy_xc) {
   ExactSumRunsImpl<Policy, T>(dy, x, nullptr, mean, nullptr, length, channels, count, stride,
                               sums_dy, sums_dy_xc);
+}
+
+template <typename T>
+void ExactSumDyRuns(const T* dy, int64_t length, int64_t channels, int64_t count, int64_t stride,
+                    CompensatedSum* sums_dy) {
+  ExactSumRunsImpl<Compensated, T, Dx::kNone, false>(dy, nullptr, nullptr, nullptr, nullptr,
+                                                     length, channels, count, stride, sums_dy,
+                                                     nullptr);
 }
 
 template <typename T>
@@ -1170,7 +1186,7 @@ const CpuLoops<T>* Loops() {
       SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
       ExactSumRows<Compensated, T>, ExactSumDyRows<T>, ExactSumRuns<Compensated, T>,
-      ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
+      ExactSumDyRuns<T>, ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
       ExactBoundedSumRunsInference<T>, ExactBoundedSumPlanes<T>, ExactDxRows<T>,
       ExactDxRuns<T>};
   return &loops;
