@@ -76,6 +76,8 @@ void CompensatedColumns(const Call<T, double>& call, const Pieces& blocks, int64
   const int64_t C = call.s.channels;
   const ExactColumns columns = ColumnsAt(scratch, RowsPitch(n));
   for (int64_t b = 0; b < blocks.count; ++b) {
+    // ColumnsAt lays out dy and dy_aux first: the arrays Σ dy alone uses.
+    std::fill(scratch, scratch + (products ? 4 : 2) * RowsPitch(n), 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
     if (products) {
       call.loops.exact_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C, rows, n,
@@ -154,6 +156,10 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
   const bool dx_as_it_sums = !call.training && t.x_backprop != t.y_backprop;
   auto sums = [&](int64_t b) {
     const ExactColumns columns = columns_of(b);
+    // Zeroed here, not by starting the loop's first group from zero: without this fill the
+    // first group's stores took the lines from wherever the last call left them, and training on
+    // 2048 channels took 1.02-1.08x the time (an Intel Xeon, 2026-12-02).
+    std::fill(columns.dy, columns.dy + 4 * width, 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
     if (!dx_as_it_sums) {
       call.loops.exact_bounded_sum_rows(t.y_backprop + r0 * C, t.x + r0 * C, C, rows, C,
@@ -229,6 +235,7 @@ void RunExactStrips(const Call<T, double>& call, const Pieces& blocks) {
       double totals[4 * P] = {}, block[4 * P];
       const ExactColumns block_columns = ColumnsAt(block, P), total_columns = ColumnsAt(totals, P);
       for (int64_t b = 0; b < blocks.count; ++b) {
+        std::fill(block, block + 4 * P, 0.0);
         const int64_t r0 = blocks.begin(b);
         call.loops.exact_bounded_sum_rows(t.y_backprop + r0 * C + c0, t.x + r0 * C + c0, C,
                                           blocks.end(b) - r0, n, call.mean + c0,

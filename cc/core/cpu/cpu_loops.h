@@ -150,8 +150,8 @@ struct CpuLoops {
                            const DxCoefficients<float>& k, bool stream_dx);
 
   // ---- Exact family (double arithmetic).
-  // sums[j] = Σ_r dy[r][j] (and dy · (x − mean)), compensated, rows in order; each array of
-  // `sums` holds RowsPitch(width) entries, all written (those past width zero).
+  // sums[j] += Σ_r dy[r][j] (and dy · (x − mean)), compensated, rows in order; each array of
+  // `sums` holds RowsPitch(width) entries.
   void (*exact_sum_rows)(const T* dy, const T* x, int64_t stride, int64_t rows, int64_t width,
                          const double* mean, const ExactColumns& sums);
   // Its Σ dy alone, bit for bit, in sums.dy and sums.dy_aux (x unread, the others untouched).

@@ -834,20 +834,18 @@ constexpr bool kExactDxAsItSums = kExactPassParts == kDoubleParts;
 static_assert(kLanes == kColumnVector, "a rows loop's vector is its callers' column vector");
 
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
-// accumulators at `s` + j (from zero where r0 is 0), which stay in registers across the rows,
-// kExactPassParts parts at a time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy ·
-// a, in double, rounded once. Without kProducts only Σ dy, x unread: its accumulators see the
-// same additions either way.
+// accumulators at `s` + j, which stay in registers across the rows, kExactPassParts parts at a
+// time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy · a, in double, rounded once.
+// Without kProducts only Σ dy, x unread: its accumulators see the same additions either way.
 template <typename Policy, typename T, Dx kDx, bool kWhole, bool kProducts = true>
 FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                                    int64_t r1, int64_t j, int n, const Doubles& m,
                                    const Doubles& a, const ExactColumns& s) {
   static_assert(kDx == Dx::kNone || kExactDxAsItSums, "x_backprop needs whole vectors");
   for (int p0 = 0; p0 < kDoubleParts; p0 += kExactPassParts) {
-    DoublePart sum_dy[kExactPassParts] = {}, aux_dy[kExactPassParts] = {};
-    DoublePart sum_dy_xc[kExactPassParts] = {}, aux_dy_xc[kExactPassParts] = {};
+    DoublePart sum_dy[kExactPassParts], aux_dy[kExactPassParts];
+    DoublePart sum_dy_xc[kExactPassParts], aux_dy_xc[kExactPassParts];
     for (int i = 0; i < kExactPassParts; ++i) {
-      if (r0 == 0) break;
       const int64_t at = j + (p0 + i) * kDoublePartLanes;
       sum_dy[i] = LoadBytes<DoublePart>(s.dy + at);
       aux_dy[i] = LoadBytes<DoublePart>(s.dy_aux + at);
@@ -885,10 +883,8 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
   }
 }
 
-// Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, sized to
-// whole vectors (RowsPitch(width) entries) and written whole: the first group starts them from
-// zero (zeroing them beforehand: 16x7x7x512 1.09x the time at two threads of an Intel Xeon,
-// 2048 channels unchanged). Each column
+// Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, which
+// the caller zeroes and sizes to whole vectors (RowsPitch(width) entries). Each column
 // adds its rows in order, as a column walked down the rows would (the bits are those of
 // adding down the column), but memory is read a few rows at a time, each row's piece
 // contiguous: walking a column down a row-major tensor read a line per row and page, and left
@@ -912,14 +908,6 @@ template <typename Policy, typename T, Dx kDx, bool kProducts = true>
 void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const double* mean, const double* scale_inv_std,
                       const ExactColumns& s) {
-  if (rows <= 0) {  // no group to start them: sums of nothing
-    for (double* array : {s.dy, s.dy_aux, s.dy_xc, s.dy_xc_aux}) {
-      if (kProducts || array == s.dy || array == s.dy_aux) {
-        std::fill(array, array + RowsPitch(width), 0.0);
-      }
-    }
-    return;
-  }
   for (int64_t r0 = 0; r0 < rows; r0 += kExactRowGroup) {
     const int64_t r1 = std::min(rows, r0 + kExactRowGroup);
     for (int64_t j = 0; j < width; j += kLanes) {
@@ -1140,6 +1128,9 @@ void ExactBoundedSumPlanes(const T* dy, const T* x, T* dx, int64_t stride, int64
                            const double* scale_inv_std, const ExactColumns& columns,
                            BoundedSum* sums_dy, BoundedSum* sums_dy_xc) {
   const int64_t width = channels * plane;
+  for (double* array : {columns.dy, columns.dy_aux, columns.dy_xc, columns.dy_xc_aux}) {
+    std::fill(array, array + RowsPitch(width), 0.0);
+  }
   if (dx != nullptr) {
     ExactBoundedSumRowsInference(dy, x, dx, stride, rows, width, mean, scale_inv_std, columns,
                                  false);
