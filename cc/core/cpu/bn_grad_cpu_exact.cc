@@ -18,9 +18,9 @@ namespace {
 // per column) stay small next to the block's own data, and are at most kExactMaxBlocks before
 // the taper (four, the fewest it tapers: Pieces). The finish reads every block's sums back:
 // 16x7x7x2048's thirteen blocks (784 rows, 128 a block, tapered) spent 9 % of an inference call
-// there at two threads of an Intel Xeon; seven took 0.92-0.97x the time at one thread and
-// 0.85-0.96x at two on 576-784 rows of 512-2048 channels (2026-12-02, make cores-interleaved,
-// 25 rounds; 8x8x8x1024, whose blocks stay, 0.97-1.00x).
+// there at two threads of an Intel Xeon. Thirteen against seven on 576-784 rows of 512-2048
+// channels (2026-12-02, make cores-interleaved, two runs of 31 rounds): 1.00-1.03x the time at
+// one thread, 1.00-1.10x at two, where 8x8x8x1024, whose blocks stay, read 0.94-1.00x.
 constexpr int64_t kExactMinBlockRows = 128;
 constexpr int64_t kExactMaxBlocks = 4;
 // The exact rows' finish goes in parts (cpu_sweeps.h): 2048 channels in 8 parts, 57 KB of
