@@ -156,9 +156,8 @@ void RunExactRows(const Call<T, double>& call, const Pieces& blocks) {
   const bool dx_as_it_sums = !call.training && t.x_backprop != t.y_backprop;
   auto sums = [&](int64_t b) {
     const ExactColumns columns = columns_of(b);
-    // Zeroed here, not by starting the loop's first group from zero: without this fill the
-    // first group's stores took the lines from wherever the last call left them, and training on
-    // 2048 channels took 1.02-1.08x the time (an Intel Xeon, 2026-12-02).
+    // Zeroed here: the loops' first group starting the sums from zero instead took training on
+    // 2048 channels 1.02-1.08x the time (an Intel Xeon, 2026-12-02; why was not established).
     std::fill(columns.dy, columns.dy + 4 * width, 0.0);
     const int64_t r0 = blocks.begin(b), rows = blocks.end(b) - r0;
     if (!dx_as_it_sums) {
