@@ -763,8 +763,10 @@ void ExactSumRunsImpl(const T* dy, const T* x, T* dx, const double* mean,
           const int n = static_cast<int>(length - i);
           const Doubles d = LoadWidenedParts(d_run + i, n);
           Doubles v{}, mn{};
-          if constexpr (kProducts) v = LoadWidenedParts(x_run + i, n);
-          if constexpr (kProducts) mn = MeanForLanes(m, mean[c], n);
+          if constexpr (kProducts) {
+            v = LoadWidenedParts(x_run + i, n);
+            mn = MeanForLanes(m, mean[c], n);
+          }
           for (int p = 0; p < kDoubleParts && p * kDoublePartLanes < n; ++p) {
             Policy::Add(&l.sum_dy.part[p], &l.aux_dy.part[p], d.part[p]);
             if constexpr (kProducts) {
@@ -1177,9 +1179,9 @@ const CpuLoops<T>* Loops() {
       SumRows<T>,          SumRowsInference<T>, TrainingDxRows<T>,
       SumRuns<T>,          SumRunsInference<T>, TrainingDxRuns<T>,
       ExactSumRows<Compensated, T>, ExactSumDyRows<T>, ExactSumRuns<Compensated, T>,
-      ExactSumDyRuns<T>, ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>, ExactSumRuns<Bounded, T>,
-      ExactBoundedSumRunsInference<T>, ExactBoundedSumPlanes<T>, ExactDxRows<T>,
-      ExactDxRuns<T>};
+      ExactSumDyRuns<T>, ExactSumRows<Bounded, T>, ExactBoundedSumRowsInference<T>,
+      ExactSumRuns<Bounded, T>, ExactBoundedSumRunsInference<T>, ExactBoundedSumPlanes<T>,
+      ExactDxRows<T>, ExactDxRuns<T>};
   return &loops;
 }
 FBN_INSTANTIATE_LOOPS()
