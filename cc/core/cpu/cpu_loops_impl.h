@@ -644,7 +644,8 @@ FBN_INLINE Doubles Abs(const Doubles& v) {
 //                zeroes the error of non-finite sums (Finish).
 //   Bounded      the plain sum and Σ|term|, from which the caller bounds the plain sum's error
 //                (cpu_loops.h, BoundedSumStands); the sum's bits are those of the compensated
-//                sum's first accumulator. Four operations per term fewer.
+//                sum's first accumulator. Four operations per term fewer; Σ|term| added on
+//                the multiply-add units where the copy has them (AddOnFmaUnits).
 // Add takes 16-lane accumulators or one register's part of them.
 // Reduce adds a pair of 16-lane accumulators into one Sum, the lanes as a tree (lane i + 8
 // into i, then i + 4, i + 2, i + 1).
@@ -666,7 +667,7 @@ struct Bounded {
   template <typename V>
   static FBN_INLINE void Add(V* sum, V* abs_sum, const V& v) {
     *sum = *sum + v;
-    *abs_sum = *abs_sum + Abs(v);
+    *abs_sum = AddOnFmaUnits(Abs(v), *abs_sum);
   }
   static FBN_INLINE void Finish(const Doubles&, Doubles*) {}
   // ReduceLanes's order is AddLanesInto's, and the sum is added to 0.0 as AddLanesInto adds it

@@ -361,6 +361,29 @@ FBN_INLINE void StoreDoubles(double* p, const Doubles& d) {
   for (int i = 0; i < kDoubleParts; ++i) StoreBytes(p + i * kDoublePartLanes, d.part[i]);
 }
 
+// a + b, on the multiply-add units in the AVX-512 copy: fma(a, 1, b) is a + b rounded once,
+// so the same bits in every copy (an exact rewrite, not a contraction). On AMD's Zen 4 and
+// Zen 5 the adds share two pipes with the conversions between float and double, while the
+// two multiply-add pipes beside them wait: a probe of the exact bounded sums' body on a Zen 5
+// took 0.87-0.91x the time with its Σ|term| adds so (benchmarks/RESULTS.md, 2026-12-01), and
+// llvm-mca 16's Zen 4 model puts the exact rows loops at 0.81x (sums) and 0.86x (inference as
+// it sums) their cycles. Intel runs both on the same ports: whole calls level (0.97-1.03x).
+FBN_INLINE DoublePart AddOnFmaUnits(const DoublePart& a, const DoublePart& b) {
+#if defined(FBN_SIMD_AVX512)
+  return reinterpret_cast<DoublePart>(_mm512_fmadd_pd(reinterpret_cast<__m512d>(a),
+                                                      _mm512_set1_pd(1.0),
+                                                      reinterpret_cast<__m512d>(b)));
+#else
+  return a + b;
+#endif
+}
+
+FBN_INLINE Doubles AddOnFmaUnits(const Doubles& a, const Doubles& b) {
+  Doubles r;
+  for (int i = 0; i < kDoubleParts; ++i) r.part[i] = AddOnFmaUnits(a.part[i], b.part[i]);
+  return r;
+}
+
 FBN_INLINE Doubles BroadcastDoubles(double v) {
   Doubles r;
   for (int i = 0; i < kDoubleParts; ++i) {
