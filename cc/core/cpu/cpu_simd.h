@@ -367,7 +367,9 @@ FBN_INLINE void StoreDoubles(double* p, const Doubles& d) {
 // two multiply-add pipes beside them wait: a probe of the exact bounded sums' body on a Zen 5
 // took 0.87-0.91x the time with its Σ|term| adds so (benchmarks/RESULTS.md, 2026-12-01), and
 // llvm-mca 16's Zen 4 model puts the exact rows loops at 0.81x (sums) and 0.86x (inference as
-// it sums) their cycles. Intel runs both on the same ports: whole calls level (0.97-1.03x).
+// it sums) their cycles. Intel runs both on the same ports (llvm-mca: the same cycles); whole
+// calls of the exact family there 0.97-1.04x, unchanged code beside them 0.99-1.03x
+// (benchmarks/RESULTS.md, 2026-12-02, evening).
 FBN_INLINE DoublePart AddOnFmaUnits(const DoublePart& a, const DoublePart& b) {
 #if defined(FBN_SIMD_AVX512)
   return reinterpret_cast<DoublePart>(_mm512_fmadd_pd(reinterpret_cast<__m512d>(a),
