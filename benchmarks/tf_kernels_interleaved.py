@@ -13,7 +13,10 @@ forward's y as the next x, the gradient's x_backprop as the next y_backprop), an
 the time per call: a call then reads its input from wherever the call before left it, as a
 network's next layer does, where repeated calls on one input read it cache-warm. The two can
 disagree on what helps: on an Intel Xeon with a 300 MiB L3 the forward's y streamed past the
-caches made repeated calls faster and chained ones slower (benchmarks/RESULTS.md).
+caches made repeated calls faster and chained ones slower (benchmarks/RESULTS.md). With
+--centred the gradient's y_backprop is centred per channel, so that its sums cancel (as a 1x1
+convolution's gradient of a training batch norm's x_backprop does): TensorFlow's kernels take
+the same time on any data, where ours sums such channels' Σ y_backprop again.
 
 Shapes are NHWC (N x spatial... x C, 4-D or 5-D); --formats NHWC,NCHW also times the
 channels-first layout of the same tensors, as NDHWC and NCDHW for 5-D shapes (TensorFlow's stock
@@ -51,6 +54,8 @@ def main() -> None:
     parser.add_argument("--op", choices=("gradient", "forward"), default="gradient")
     parser.add_argument("--chain", type=int, default=1,
                         help="calls per timed call, each fed the one before's output (default 1)")
+    parser.add_argument("--centred", action="store_true",
+                        help="the gradient's y_backprop centred per channel (its sums cancel)")
     args = parser.parse_args()
     if args.chain < 1:
         parser.error("--chain takes a count of 1 or more")
@@ -59,7 +64,8 @@ def main() -> None:
     kernel = "stock" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0" else "oneDNN"
     print(f"{cpu_model()}; TensorFlow {tf.__version__}, its {kernel} kernel, {args.threads} "
           f"thread(s); "
-          f"{args.op}{f', chains of {args.chain} calls, time per call' if args.chain > 1 else ''}; "
+          f"{args.op}{f', chains of {args.chain} calls, time per call' if args.chain > 1 else ''}"
+          f"{', y_backprop centred per channel' if args.centred else ''}; "
           f"ratio = TensorFlow's time / ours (above 1: ours is faster)")
     for text in args.shapes:
         dims = [int(v) for v in text.split("x")]
@@ -78,8 +84,13 @@ def main() -> None:
                 tensors = dict(x=x, scale=scale, offset=mean, mean=mean, variance=variance)
                 pair = (tf_fbn_ops.fused_batch_norm_forward_v3, tf.raw_ops.FusedBatchNormV3)
             else:
-                tensors = dict(y_backprop=tf.constant(rng.standard_normal(shape, dtype=np.float32)),
-                               x=x, scale=scale, reserve_space_1=mean, reserve_space_2=variance,
+                dy = rng.standard_normal(shape, dtype=np.float32)
+                if args.centred:  # each channel's Σ y_backprop about zero
+                    channel_axis = len(shape) - 1 if layout == "NHWC" else 1
+                    axes = tuple(a for a in range(len(shape)) if a != channel_axis)
+                    dy = (dy - dy.mean(axis=axes, keepdims=True)).astype(np.float32)
+                tensors = dict(y_backprop=tf.constant(dy), x=x, scale=scale,
+                               reserve_space_1=mean, reserve_space_2=variance,
                                reserve_space_3=tf.zeros([0]))
                 pair = (tf_fbn_ops.fused_batch_norm_grad_v3, tf.raw_ops.FusedBatchNormGradV3)
             for training in (True, False):
