@@ -19,7 +19,8 @@ class PagedFloats {
  public:
   static constexpr int64_t kPageBytes = 4096;
   PagedFloats(int64_t n, int64_t offset, float fill = 0.0f)
-      : storage_(n + kPageBytes / static_cast<int64_t>(sizeof(float))) {
+      // Two pages of slack: rounding up to a page may take up to one, the offset up to another.
+      : storage_(n + 2 * kPageBytes / static_cast<int64_t>(sizeof(float))) {
     const uintptr_t start = reinterpret_cast<uintptr_t>(storage_.data());
     const uintptr_t page = (start + kPageBytes - 1) & ~uintptr_t{kPageBytes - 1};
     data_ = reinterpret_cast<float*>(page + offset);

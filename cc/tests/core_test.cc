@@ -493,6 +493,65 @@ void TestExactDxRowsAgree() {
   }
 }
 
+// The exact family's inference rows with x_backprop written as they sum: rows one page long,
+// x_backprop at y_backprop's page offset, at x's, and at neither. Where the next row's loads
+// alias its stores, the rows' x_backprop waits in registers until their loads are done; every
+// placement gives each element rounded once and the sums without x_backprop, bit for bit.
+template <typename T>
+void TestExactInferenceRowsWhereStoresAlias() {
+  constexpr int64_t kWidth = PagedTensors::kPage / sizeof(T), kRows = 19;  // 8 + 8 + 3 rows
+  const int64_t bytes = kRows * kWidth * static_cast<int64_t>(sizeof(T));
+  PagedTensors memory(bytes, 3);
+  const std::pair<T*, T*> inputs = memory.NormalInputs<T>(kRows * kWidth, 14);
+  T* const dy = inputs.first;
+  T* const x = inputs.second;
+  std::mt19937 rng(15);
+  std::normal_distribution<float> normal;
+  std::vector<double> mean(kWidth), scale_inv_std(kWidth);
+  for (int64_t c = 0; c < kWidth; ++c) {
+    mean[c] = normal(rng) / 3.0;
+    scale_inv_std[c] = 1.0 + c / 4096.0;
+  }
+  std::vector<T> want(kRows * kWidth);
+  for (int64_t i = 0; i < kRows * kWidth; ++i) {
+    want[i] = FromDouble<T>(static_cast<double>(ToFloat(dy[i])) * scale_inv_std[i % kWidth]);
+  }
+  const int64_t pitch = RowsPitch(kWidth);
+  auto sums = [&](const CpuLoops<T>& loops, T* dx, bool stream) {
+    std::vector<double> scratch(4 * pitch, 0.0);
+    const ExactColumns columns{scratch.data(), scratch.data() + pitch,
+                               scratch.data() + 2 * pitch, scratch.data() + 3 * pitch};
+    if (dx == nullptr) {
+      loops.exact_bounded_sum_rows(dy, x, kWidth, kRows, kWidth, mean.data(), columns);
+    } else {
+      loops.exact_bounded_sum_rows_inference(dy, x, dx, kWidth, kRows, kWidth, mean.data(),
+                                             scale_inv_std.data(), columns, stream);
+    }
+    return scratch;
+  };
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (isa > DetectedCpuIsa()) continue;
+    const CpuLoops<T>& loops = LoopsFor<T>(isa);
+    const std::vector<double> want_sums = sums(loops, nullptr, false);
+    for (int64_t offset : {0, 2048, 1024}) {  // y_backprop's page offset, x's, neither
+      T* dx = memory.At<T>(2, offset);
+      const bool aliases = StoresAliasLoads(dx, dy + kWidth, kWidth * sizeof(T), 1) ||
+                           StoresAliasLoads(dx, x + kWidth, kWidth * sizeof(T), 1);
+      Check(aliases == (offset != 1024),
+            "x_backprop at page offset " + std::to_string(offset) +
+                (offset != 1024 ? " aliases the next row's loads" : " aliases no loads"));
+      for (bool stream : {false, true}) {
+        std::memset(static_cast<void*>(dx), 0, bytes);
+        const bool same_sums = sums(loops, dx, stream) == want_sums;
+        Check(same_sums && std::memcmp(dx, want.data(), bytes) == 0,
+              std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: exact inference" +
+                  " rows" + (stream ? ", streamed" : "") + ", x_backprop at page offset " +
+                  std::to_string(offset) + ": each element rounded once, the sums' bits");
+      }
+    }
+  }
+}
+
 // The exact family's planes loop (channels first, planes shorter than a vector, read as rows)
 // against its runs loop, bit for bit: each channel's bounded sums and Σ|term|, and inference's
 // x_backprop, for every plane length up to kRunLanes, a few image counts (the runs go side by
@@ -630,6 +689,7 @@ void RunAllCases() {
   TestIsaCopiesAgree<T>();
   TestStreamedInferenceRowsAgree<T>();
   TestExactDxRowsAgree<T>();
+  TestExactInferenceRowsWhereStoresAlias<T>();
   TestExactPlanesMatchRuns<T>();
   TestLateThreadsAgree<T>();
   uint32_t seed = 1;

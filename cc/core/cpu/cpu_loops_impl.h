@@ -836,15 +836,33 @@ constexpr bool kExactDxAsItSums = kExactPassParts == kDoubleParts;
 
 static_assert(kLanes == kColumnVector, "a rows loop's vector is its callers' column vector");
 
+// The exact rows loops' rows a pass (ExactSumRowsImpl). Each pass loads and stores every
+// column's four accumulators (64 KB on 2048 columns, more than an L1), so the AVX2 and AVX-512
+// copies take eight rows a pass. Measured on an Intel Xeon (2026-12-02, whole calls, four and
+// eight rows alternated in one process): eight 0.92-1.00x the time of four at one thread
+// (16x7x7x512 inference 1.01-1.03x) and 0.79-1.00x at two, channels last with 256-4096
+// channels, training and inference; channels-first 3x3 planes 0.95-1.01x; the portable copy
+// 0.99-1.03x, so it keeps four. On a Zen 5 (2026-12-01) eight measured 0.93-1.10x, within that
+// host's noise. Sixteen rows: 1.08-1.11x the time of four on 2048-4096 channels' inference at
+// one thread.
+#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
+constexpr int64_t kExactRowGroup = 8;
+#else
+constexpr int64_t kExactRowGroup = 4;
+#endif
+
 // Columns [j, j + kLanes) of rows [r0, r1): each column's rows in order into its pair of
 // accumulators at `s` + j, which stay in registers across the rows, kExactPassParts parts at a
-// time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy · a, in double, rounded once.
+// time. With kDx (inference, kExactDxAsItSums) also x_backprop = dy · a, in double, rounded once,
+// stored row by row, or with kHoldRows after the rows' last loads (HoldExactDxRows).
 // Without kProducts only Σ dy, x unread: its accumulators see the same additions either way.
-template <typename Policy, typename T, Dx kDx, bool kWhole, bool kProducts = true>
+template <typename Policy, typename T, Dx kDx, bool kWhole, bool kProducts = true,
+          bool kHoldRows = false>
 FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t stride, int64_t r0,
                                    int64_t r1, int64_t j, int n, const Doubles& m,
                                    const Doubles& a, const ExactColumns& s) {
   static_assert(kDx == Dx::kNone || kExactDxAsItSums, "x_backprop needs whole vectors");
+  const int lanes = kWhole ? kLanes : n;
   for (int p0 = 0; p0 < kDoubleParts; p0 += kExactPassParts) {
     DoublePart sum_dy[kExactPassParts], aux_dy[kExactPassParts];
     DoublePart sum_dy_xc[kExactPassParts], aux_dy_xc[kExactPassParts];
@@ -857,6 +875,7 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
         aux_dy_xc[i] = LoadBytes<DoublePart>(s.dy_xc_aux + at);
       }
     }
+    Floats held[kHoldRows ? kExactRowGroup : 1];
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t at = r * stride + j;
       DoublePart d[kExactPassParts];
@@ -871,7 +890,17 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
       if constexpr (kDx != Dx::kNone) {
         Doubles whole;
         for (int i = 0; i < kDoubleParts; ++i) whole.part[i] = d[i];
-        StoreRounded(dx + at, whole * a, kWhole ? kLanes : n, kDx == Dx::kStream);
+        const Floats rounded = RoundedFloats<T>(whole * a);
+        if constexpr (kHoldRows) {
+          held[r - r0] = rounded;
+        } else {
+          StoreFloats(dx + at, rounded, lanes, kDx == Dx::kStream);
+        }
+      }
+    }
+    if constexpr (kDx != Dx::kNone && kHoldRows) {
+      for (int64_t r = r0; r < r1; ++r) {
+        StoreFloats(dx + r * stride + j, held[r - r0], lanes, kDx == Dx::kStream);
       }
     }
     for (int i = 0; i < kExactPassParts; ++i) {
@@ -886,31 +915,40 @@ FBN_INLINE void ExactSumRowsVector(const T* dy, const T* x, T* dx, int64_t strid
   }
 }
 
+// Whether inference's x_backprop, written as it sums, waits until a vector's rows are all
+// loaded: where one row's stores share their low 12 address bits with the next row's loads of
+// y_backprop or x (StoresAliasLoads one row on: rows a multiple of 4 KiB long and the tensors at
+// one offset into their pages, as TensorFlow's default build places them), each load waited for
+// the store before it, a streamed store longest. Measured on a Zen 4 (2026-12-03,
+// cores_interleaved, all three tensors 64 bytes into their pages): streamed, 16x7x7x2048
+// inference took 0.58x the time at one thread and 0.62x at two, 32x4x4x2048 and 8x7x7x1024
+// 0.61x; with ordinary stores 0.90-0.93x. Where the alias lies two rows on (512 channels),
+// holding the rows measured 1.06-1.09x as long, the stores' trip through the stack costing
+// more than the alias, so only the next row counts here.
+template <typename T>
+bool HoldExactDxRows(const T* dy, const T* x, const T* dx, int64_t stride) {
+  const int64_t row_bytes = stride * static_cast<int64_t>(sizeof(T));
+  const auto next_row = [row_bytes](const T* p) {
+    return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) + row_bytes);
+  };
+  return StoresAliasLoads(dx, next_row(dy), row_bytes, 1) ||
+         StoresAliasLoads(dx, next_row(x), row_bytes, 1);
+}
+
 // Rows kExactRowGroup at a time in memory order, each column's accumulators in `s`, which
 // the caller zeroes and sizes to whole vectors (RowsPitch(width) entries). Each column
 // adds its rows in order, as a column walked down the rows would (the bits are those of
 // adding down the column), but memory is read a few rows at a time, each row's piece
 // contiguous: walking a column down a row-major tensor read a line per row and page, and left
-// most of the call waiting on memory. Each pass loads and stores every column's four
-// accumulators (64 KB on 2048 columns, more than an L1), so the AVX2 and AVX-512 copies take
-// eight rows a pass. Measured on an Intel Xeon (2026-12-02, whole calls, four and eight rows
-// alternated in one process): eight 0.92-1.00x the time of four at one thread (16x7x7x512
-// inference 1.01-1.03x) and 0.79-1.00x at two, channels last with 256-4096 channels, training
-// and inference; channels-first 3x3 planes 0.95-1.01x; the portable copy 0.99-1.03x, so it keeps
-// four. On a Zen 5 (2026-12-01) eight measured 0.93-1.10x, within that host's noise. Sixteen
-// rows: 1.08-1.11x the time of four on 2048-4096 channels' inference at one thread.
-#if defined(FBN_SIMD_AVX512) || defined(FBN_SIMD_AVX2)
-constexpr int64_t kExactRowGroup = 8;
-#else
-constexpr int64_t kExactRowGroup = 4;
-#endif
-
+// most of the call waiting on memory.
 // Inference (kDx) also writes x_backprop as it sums: the element is in registers, in double,
 // already. Without kProducts only Σ dy (x and mean unread, the dy_xc arrays untouched).
 template <typename Policy, typename T, Dx kDx, bool kProducts = true>
 void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t rows,
                       int64_t width, const double* mean, const double* scale_inv_std,
                       const ExactColumns& s) {
+  bool hold_rows = false;
+  if constexpr (kDx != Dx::kNone) hold_rows = HoldExactDxRows(dy, x, dx, stride);
   for (int64_t r0 = 0; r0 < rows; r0 += kExactRowGroup) {
     const int64_t r1 = std::min(rows, r0 + kExactRowGroup);
     for (int64_t j = 0; j < width; j += kLanes) {
@@ -920,7 +958,10 @@ void ExactSumRowsImpl(const T* dy, const T* x, T* dx, int64_t stride, int64_t ro
       if constexpr (kDx != Dx::kNone) a = LoadDoublesUpTo(scale_inv_std + j, n);
       Doubles m{};
       if constexpr (kProducts) m = LoadDoublesUpTo(mean + j, n);
-      if (n == kLanes) {
+      if (n == kLanes && hold_rows) {
+        ExactSumRowsVector<Policy, T, kDx, true, kProducts, true>(dy, x, dx, stride, r0, r1, j,
+                                                                  n, m, a, s);
+      } else if (n == kLanes) {
         ExactSumRowsVector<Policy, T, kDx, true, kProducts>(dy, x, dx, stride, r0, r1, j, n, m,
                                                             a, s);
       } else {

@@ -585,23 +585,33 @@ FBN_INLINE Doubles LoadWidened(const T* p, int n) {
 // The first n lanes of v rounded once to T and stored, with non-temporal stores if `stream`.
 // 16-bit types go through float rounded to odd (float16_convert.h), so the second rounding
 // gives the nearest T to the double.
+// RoundedFloats<T> is the rounding, StoreFloats the store, for callers that hold a rounded vector
+// before storing it.
 template <typename T>
-FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
-  Floats f;
+FBN_INLINE Floats RoundedFloats(const Doubles& v) {
   if constexpr (std::is_same_v<T, float>) {
-    f = ToFloats(v);
+    return ToFloats(v);
   } else {
     double lanes[kLanes];
     float odd[kLanes];
     StoreDoubles(lanes, v);
     for (int l = 0; l < kLanes; ++l) odd[l] = DoubleToFloatRoundToOdd(lanes[l]);
-    f = Load(odd);
+    return Load(odd);
   }
+}
+
+template <typename T>
+FBN_INLINE void StoreFloats(T* p, const Floats& f, int n, bool stream) {
   if (stream) {
     StoreStreaming(p, f, n);
   } else {
     StoreUpTo(p, f, n);
   }
+}
+
+template <typename T>
+FBN_INLINE void StoreRounded(T* p, const Doubles& v, int n, bool stream) {
+  StoreFloats(p, RoundedFloats<T>(v), n, stream);
 }
 
 // One register part of doubles rounded to float and stored at p (kDoublePartLanes floats):

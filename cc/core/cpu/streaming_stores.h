@@ -59,7 +59,8 @@ inline bool CanStream(const void* output, const void* input, int64_t row_bytes) 
 // x_backprop between their loads, ran at half speed streamed where x_backprop and y_backprop
 // stood at one offset in their pages (core_bench --page-offsets 64,64,64 against
 // 64,1408,2752), and the exact family's x_backprop by groups of four rows 1.3-1.6x as long
-// with ordinary stores (cpu_loops_impl.h, kExactDxGroupWhereStoresAlias).
+// with ordinary stores (cpu_loops_impl.h, kExactDxGroupWhereStoresAlias); on a Zen 4 its
+// inference rows written as they sum 1.6-1.7x as long streamed (HoldExactDxRows).
 inline bool StoresAliasLoads(const void* out, const void* in, int64_t step, int streams) {
   constexpr int64_t kPage = 4096, kNear = 2 * kCacheLineBytes;
   const int64_t offset = static_cast<int64_t>(reinterpret_cast<uintptr_t>(in) -
