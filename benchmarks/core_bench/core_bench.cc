@@ -19,6 +19,7 @@
 // build places them).
 // Shapes are written channels-last (NxHxWxC or NxDxHxWxC).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -84,7 +85,7 @@ struct Options {
   bool both_exact_schedules = false;
   bool forward = false;
   bool loops = false;
-  std::vector<int64_t> page_offsets = {64, 64, 64};  // dy, x, dx: as TensorFlow places them
+  std::array<int64_t, 3> page_offsets = kTensorFlowPageOffsets;  // dy, x, dx
   std::vector<std::vector<int64_t>> shapes;
 };
 
@@ -134,14 +135,8 @@ Options Parse(int argc, char** argv) {
       o.forward = std::strcmp(value, "forward") == 0;
       ++i;
     } else if (arg == "--page-offsets") {
-      o.page_offsets = Split(value, ',');
-      const bool valid = o.page_offsets.size() == 3 &&
-                         std::all_of(o.page_offsets.begin(), o.page_offsets.end(), [](int64_t b) {
-                           return b >= 0 && b < PagedFloats::kPageBytes && b % 64 == 0;
-                         });
-      if (!valid) {
-        std::fprintf(stderr, "--page-offsets takes three byte offsets dy,x,dx: multiples of 64 "
-                             "below 4096, e.g. 64,1408,2752\n");
+      if (!ParsePageOffsets(value, &o.page_offsets)) {
+        std::fprintf(stderr, "%s", kPageOffsetsUsage);
         std::exit(2);
       }
       ++i;

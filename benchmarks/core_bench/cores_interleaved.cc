@@ -7,8 +7,9 @@
 // which builds OLD's cc/core with its namespace renamed beside this checkout's release objects.
 // Cases are NxHxWxC:T (training) or :I (inference), channels last, or :TF and :IF channels first
 // (the same shape, NxCxHxW in memory), float32, the three large tensors 64 bytes into their
-// pages as TensorFlow's default build places them. Prints each core's median time, new / old,
-// and whether the two gave the same bits.
+// pages as TensorFlow's default build places them, or where --page-offsets dy,x,dx says. Prints
+// each core's median time, new / old, and whether the two gave the same bits.
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -32,8 +33,6 @@ namespace fbn {
 namespace bench {
 namespace {
 
-constexpr int64_t kPageOffset = 64;
-
 struct Case {
   int64_t batch = 0, height = 0, width = 0, channels = 0;
   bool training = true;
@@ -55,15 +54,16 @@ bool ParseCase(const char* text, Case* c) {
 
 // One core's outputs for a case.
 struct Outputs {
-  explicit Outputs(int64_t n, int64_t channels)
-      : dx(n, kPageOffset), scale_backprop(channels), offset_backprop(channels) {}
+  Outputs(int64_t n, int64_t channels, int64_t page_offset)
+      : dx(n, page_offset), scale_backprop(channels), offset_backprop(channels) {}
   PagedFloats dx;
   std::vector<float> scale_backprop, offset_backprop;
 };
 
-void TimeCase(const char* text, const Case& c, SpinPool& pool, int rounds) {
+void TimeCase(const char* text, const Case& c, SpinPool& pool, int rounds,
+              const std::array<int64_t, 3>& page_offsets) {
   const int64_t spatial = c.height * c.width, n = c.batch * spatial * c.channels;
-  PagedFloats dy(n, kPageOffset), x(n, kPageOffset);
+  PagedFloats dy(n, page_offsets[0]), x(n, page_offsets[1]);
   for (int64_t i = 0; i < n; ++i) {
     dy[i] = static_cast<float>(i * 7919 % 97) * 0.01f - 0.4f;
     x[i] = static_cast<float>(i * 104729 % 89) * 0.02f;
@@ -78,7 +78,7 @@ void TimeCase(const char* text, const Case& c, SpinPool& pool, int rounds) {
       for (int64_t u = next++; u < count; u = next++) fn(u, u + 1);
     });
   };
-  Outputs old_out(n, c.channels), new_out(n, c.channels);
+  Outputs old_out(n, c.channels, page_offsets[2]), new_out(n, c.channels, page_offsets[2]);
   auto call = [&](CoreCall* core, Outputs* out) {
     return [&, core, out] {
       core(dy.data(), x.data(), scale.data(), mean.data(), variance.data(), out->dx.data(),
@@ -99,6 +99,7 @@ void TimeCase(const char* text, const Case& c, SpinPool& pool, int rounds) {
 int Main(int argc, char** argv) {
   std::vector<int> threads = {1, 2};
   int rounds = 11;
+  std::array<int64_t, 3> page_offsets = kTensorFlowPageOffsets;
   std::vector<std::pair<const char*, Case>> cases;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -107,11 +108,17 @@ int Main(int argc, char** argv) {
       threads = {std::atoi(argv[++i])};
     } else if (arg == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--page-offsets" && i + 1 < argc) {
+      if (!ParsePageOffsets(argv[++i], &page_offsets)) {
+        std::fprintf(stderr, "%s", kPageOffsetsUsage);
+        return 2;
+      }
     } else if (ParseCase(argv[i], &c)) {
       cases.emplace_back(argv[i], c);
     } else {
       std::fprintf(stderr, "unknown argument %s: cases are NxHxWxC:T or :I (:TF, :IF channels "
-                           "first), options --threads N (default 1 and 2) and --rounds R (11)\n",
+                           "first), options --threads N (default 1 and 2), --rounds R (11) and "
+                           "--page-offsets dy,x,dx (64,64,64)\n",
                    argv[i]);
       return 2;
     }
@@ -124,7 +131,7 @@ int Main(int argc, char** argv) {
               "bits");
   for (int t : threads) {
     SpinPool pool(t);
-    for (const auto& [text, c] : cases) TimeCase(text, c, pool, rounds);
+    for (const auto& [text, c] : cases) TimeCase(text, c, pool, rounds, page_offsets);
   }
   return 0;
 }

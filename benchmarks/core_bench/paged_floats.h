@@ -2,7 +2,9 @@
 #ifndef TF_FBN_OPS_BENCHMARKS_CORE_BENCH_PAGED_FLOATS_H_
 #define TF_FBN_OPS_BENCHMARKS_CORE_BENCH_PAGED_FLOATS_H_
 
+#include <array>
 #include <cstdint>
+#include <cstdio>
 
 #include "cc/tests/cache_line_vector.h"
 
@@ -33,6 +35,26 @@ class PagedFloats {
   CacheLineVector<float> storage_;
   float* data_;
 };
+
+// The three tensors' offsets (dy, x, dx) as TensorFlow's default build places them.
+constexpr std::array<int64_t, 3> kTensorFlowPageOffsets = {64, 64, 64};
+
+// --page-offsets's value "dy,x,dx": three byte offsets, multiples of 64 below a page. False,
+// leaving `offsets` as it was, where the text is anything else.
+inline bool ParsePageOffsets(const char* text, std::array<int64_t, 3>* offsets) {
+  long long b[3];
+  char tail;
+  if (std::sscanf(text, "%lld,%lld,%lld%c", &b[0], &b[1], &b[2], &tail) != 3) return false;
+  for (long long v : b) {
+    if (v < 0 || v >= PagedFloats::kPageBytes || v % 64 != 0) return false;
+  }
+  *offsets = {b[0], b[1], b[2]};
+  return true;
+}
+
+constexpr const char* kPageOffsetsUsage =
+    "--page-offsets takes three byte offsets dy,x,dx: multiples of 64 below 4096, e.g. "
+    "64,1408,2752\n";
 
 }  // namespace bench
 }  // namespace fbn

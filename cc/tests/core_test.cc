@@ -395,40 +395,49 @@ class PagedTensors {
   std::vector<unsigned char> memory_;
 };
 
-// Channels-last inference's streamed rows take one sweep or, where x_backprop's page offset
-// makes its stores alias the stripes' loads (StoresAliasLoads), the sums and then
-// x_backprop in order: both give the ordinary stores' bits, x_backprop and sums, on every copy.
+// Channels-last inference's striped rows, x_backprop stored or streamed, at y_backprop's page
+// offset (the later stripes' loads alias its stores: on rows of 2 KiB or more each position's
+// x_backprop waits for its loads; streamed where a line takes several stores, the sums and then
+// x_backprop in order) and at one that aliases nothing: every way gives the same bits,
+// x_backprop and sums, on every copy. The last stripe is three rows short.
 template <typename T>
-void TestStreamedInferenceRowsAgree() {
-  // Stripes of 40 rows: whole pages apart for float and 16-bit types alike.
-  constexpr int64_t kRows = 320, kWidth = 256;
-  const int64_t bytes = kRows * kWidth * static_cast<int64_t>(sizeof(T));
-  PagedTensors memory(bytes, 4);
-  const std::pair<T*, T*> inputs = memory.NormalInputs<T>(kRows * kWidth, 11);
-  T* const dy = inputs.first;
-  T* const x = inputs.second;
-  std::vector<float> mean(kWidth, 0.25f), scale_inv_std(kWidth, 1.5f);
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (isa > DetectedCpuIsa()) continue;
-    const CpuLoops<T>& loops = LoopsFor<T>(isa);
-    auto run = [&](T* dx, bool stream, std::vector<double>* sums) {
-      sums->assign(2 * kWidth, 0.0);
-      loops.sum_rows_inference(dy, x, dx, kWidth, kRows, kWidth, mean.data(),
-                               scale_inv_std.data(), sums->data(), sums->data() + kWidth, stream);
-    };
-    T* stored = memory.At<T>(2, 1024);
-    std::vector<double> stored_sums, streamed_sums;
-    run(stored, false, &stored_sums);
-    for (int64_t offset : {0, 1024}) {  // dy's page offset (aliasing), and one that is not
-      T* streamed = memory.At<T>(3, offset);
-      const int64_t stripe_bytes = (kRows + kFastGroup - 1) / kFastGroup * kWidth * sizeof(T);
-      Check(StoresAliasLoads(streamed, dy, stripe_bytes, kFastGroup) == (offset == 0),
-            "x_backprop at page offset " + std::to_string(offset) +
-                (offset == 0 ? " aliases y_backprop" : " does not alias y_backprop"));
-      run(streamed, true, &streamed_sums);
-      Check(std::memcmp(streamed, stored, bytes) == 0 && streamed_sums == stored_sums,
-            std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: streamed rows at page" +
-                " offset " + std::to_string(offset) + " give the stored rows' bits");
+void TestStripedInferenceRowsAgree() {
+  constexpr int64_t kRows = 317, kStripeRows = 40;  // stripes whole pages apart
+  for (int64_t width : {256, 1024}) {
+    const int64_t bytes = kRows * width * static_cast<int64_t>(sizeof(T));
+    const int64_t stripe_bytes = kStripeRows * width * static_cast<int64_t>(sizeof(T));
+    PagedTensors memory(bytes, 4);
+    const std::pair<T*, T*> inputs = memory.NormalInputs<T>(kRows * width, 11);
+    T* const dy = inputs.first;
+    T* const x = inputs.second;
+    std::vector<float> mean(width, 0.25f), scale_inv_std(width, 1.5f);
+    for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+      if (isa > DetectedCpuIsa()) continue;
+      const CpuLoops<T>& loops = LoopsFor<T>(isa);
+      auto run = [&](T* dx, bool stream, std::vector<double>* sums) {
+        sums->assign(2 * width, 0.0);
+        loops.sum_rows_inference(dy, x, dx, width, kRows, width, mean.data(),
+                                 scale_inv_std.data(), sums->data(), sums->data() + width,
+                                 stream);
+      };
+      T* reference = memory.At<T>(2, 1024);
+      std::vector<double> reference_sums, sums;
+      run(reference, false, &reference_sums);
+      for (int64_t offset : {0, 1024}) {  // dy's page offset (aliasing), and one that is not
+        T* dx = memory.At<T>(3, offset);
+        Check(StoresAliasLoads(dx, dy, stripe_bytes, kFastGroup) == (offset == 0),
+              "x_backprop at page offset " + std::to_string(offset) +
+                  (offset == 0 ? " aliases y_backprop" : " does not alias y_backprop"));
+        for (bool stream : {false, true}) {
+          std::memset(static_cast<void*>(dx), 0, bytes);
+          run(dx, stream, &sums);
+          Check(std::memcmp(dx, reference, bytes) == 0 && sums == reference_sums,
+                std::string(TypeName<T>()) + ", " + CpuIsaName(isa) + " copy: " +
+                    std::to_string(width) + " columns' rows " +
+                    (stream ? "streamed" : "stored") + " at page offset " +
+                    std::to_string(offset) + " give the reference's bits");
+        }
+      }
     }
   }
 }
@@ -687,7 +696,7 @@ void TestSecondLevelCacheIsSysfs() {
 template <typename T>
 void RunAllCases() {
   TestIsaCopiesAgree<T>();
-  TestStreamedInferenceRowsAgree<T>();
+  TestStripedInferenceRowsAgree<T>();
   TestExactDxRowsAgree<T>();
   TestExactInferenceRowsWhereStoresAlias<T>();
   TestExactPlanesMatchRuns<T>();

@@ -72,6 +72,13 @@ inline bool StoresAliasLoads(const void* out, const void* in, int64_t step, int 
   return false;
 }
 
+// The address `bytes` on from p, for StoresAliasLoads (it may lie past the end of p's array,
+// so it is never dereferenced, and is computed as an integer).
+inline const void* BytesOn(const void* p, int64_t bytes) {
+  return reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(p) +
+                                       static_cast<uintptr_t>(bytes));
+}
+
 // Where a call may run on several threads, the forward streams y only once x and y together
 // take more than three quarters of the last-level cache (or what TF_FBN_OPS_STREAMING_MIB
 // sets). Below that, ordinary stores keep y in the L3 for its reader, and each core reads and
