@@ -302,10 +302,10 @@ void StreamInferenceDxInOrder(const T* dy, T* dx, int64_t stride, int64_t rows, 
 // TensorFlow's default build places them. Where rows are also at least kHeldStripeRowBytes
 // long, SumStripedPosition holds the position's x_backprop until its loads are done. Measured
 // on a Zen 4 (2026-12-03, cores_interleaved, all three tensors 64 bytes into their pages,
-// held against stored as read): 512-2048 channels' inference 0.71-0.85x the time at one and
-// two threads, streamed or stored; 160-320 channels' 0.81-1.08x, within that host's noise, so
-// narrower rows keep their order. At page offsets that alias nothing nothing is held, and the
-// same calls measured 0.95-1.05x.
+// held against stored as read): 512-2048 channels' inference 0.62-0.83x the time at one and
+// two threads (calls that stream x_backprop); 160-320 channels' 0.81-1.08x, within that host's
+// noise, so narrower rows keep their order. At page offsets that alias nothing nothing is held,
+// and the same calls measured 0.95-1.05x.
 constexpr int64_t kHeldStripeRowBytes = 2048;
 
 template <typename T>
