@@ -177,8 +177,11 @@ void SumRowsByGroups(const T* dy, const T* x, T* dx, int64_t stride, int64_t row
 
 // One position of SumRowsStriped: row i of every stripe, columns [j, j + n) from element `at`
 // on; stripe k is present only where kAll or k < stripes. Each stripe's x_backprop is stored
-// as its y_backprop is read, or with kHoldStores after every stripe's loads
-// (LaterStripesLoadsAlias).
+// after the stripe's loads, or with kHoldStores after every stripe's (LaterStripesLoadsAlias):
+// x_backprop and x stand at one page offset as TensorFlow's default build places them, and a
+// store before the load of x held the load up. On a Zen 4 (2026-12-03, cores_interleaved)
+// storing after x's load took 0.93-1.00x the time at one thread and 0.81-0.96x at two on
+// 160-320 channels' inference at those offsets, 0.88-0.98x where nothing aliases.
 template <typename T, Dx kDx, bool kAll, bool kHoldStores>
 FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
                                    int64_t stripe_stride, int stripes, int n, const float* mean,
@@ -194,12 +197,13 @@ FBN_INLINE void SumStripedPosition(const T* dy, const T* x, T* dx, int64_t at,
     const int64_t e = at + k * stripe_stride;
     Floats d = LoadUpTo(dy + e, n);
     Pin(d);
+    const Terms terms{d, d * (LoadUpTo(x + e, n) - m)};
     if constexpr (kDx != Dx::kNone && kHoldStores) {
       held[k] = d;
     } else if constexpr (kDx != Dx::kNone) {
       StoreDx<kDx>(dx + e, d * a, n);
     }
-    return Terms{d, d * (LoadUpTo(x + e, n) - m)};
+    return terms;
   });
   if constexpr (kDx != Dx::kNone && kHoldStores) {
     for (int k = 0; k < (kAll ? kFastGroup : stripes); ++k) {
@@ -304,8 +308,8 @@ void StreamInferenceDxInOrder(const T* dy, T* dx, int64_t stride, int64_t rows, 
 // on a Zen 4 (2026-12-03, cores_interleaved, all three tensors 64 bytes into their pages,
 // held against stored as read): 512-2048 channels' inference 0.62-0.83x the time at one and
 // two threads (calls that stream x_backprop); 160-320 channels' 0.81-1.08x, within that host's
-// noise, so narrower rows keep their order. At page offsets that alias nothing nothing is held,
-// and the same calls measured 0.95-1.05x.
+// noise, so narrower rows store each stripe after its own loads. At page offsets that alias
+// nothing nothing is held, and the same calls measured 0.95-1.05x.
 constexpr int64_t kHeldStripeRowBytes = 2048;
 
 template <typename T>
